@@ -1,0 +1,122 @@
+"""Runs a swarm server: loads models, starts gRPC (and the HTTP shim), stops gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import structlog
+
+from swarmrl_server.config import ServerConfig
+from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.episodes.registry import GenerationPolicy
+from swarmrl_server.grpc.auth import KeyRing
+from swarmrl_server.grpc.server import SwarmGrpcServer, create_server
+from swarmrl_server.hosting import ModelHost
+from swarmrl_server.http.app import HttpServer, build_app
+from swarmrl_server.models import resolve_model
+from swarmrl_server.swarm import Swarm
+
+log = structlog.get_logger("swarmrl.app")
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("SWARMRL_CACHE", Path.home() / ".cache" / "swarmrl"))
+
+
+def load_hosts(config: ServerConfig) -> dict[str, ModelHost]:
+    cache = config.cache_dir or default_cache_dir()
+    hosts: dict[str, ModelHost] = {}
+    for spec in config.models:
+        if spec.name in hosts:
+            raise ValueError(f"two models are named {spec.name!r}")
+        path = resolve_model(spec.source, cache)
+        engine = HFEngine.from_pretrained(spec.name, path, max_batch_size=config.max_batch_size)
+        hosts[spec.name] = ModelHost(spec.name, engine, spec.source, path, trainable=config.train)
+    return hosts
+
+
+@dataclass
+class RunningServer:
+    """A server started by `start_server`; `stop()` shuts it down gracefully."""
+
+    swarm: Swarm
+    grpc: SwarmGrpcServer
+    config: ServerConfig
+    http: HttpServer | None = None
+    """The OpenAI/Anthropic-compatible shim (None when config.http_port is None)."""
+
+    @property
+    def grpc_target(self) -> str:
+        return f"{self.config.host}:{self.grpc.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """e.g. http://127.0.0.1:8000/v1 ("" without the shim)."""
+        return self.http.openai_base_url if self.http else ""
+
+    async def stop(self) -> None:
+        await self.swarm.events.append("draining", grace_s=self.config.grace_s)
+        # Both front doors drain at once; the engines stop only after both are closed.
+        await asyncio.gather(
+            self.grpc.stop(self.config.grace_s),
+            *([self.http.stop()] if self.http else []),
+        )
+        await self.swarm.stop()
+
+
+async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None = None) -> RunningServer:
+    """Starts everything `config` asks for; `hosts` overrides model loading (tests)."""
+    hosts = hosts if hosts is not None else load_hosts(config)
+    policy = GenerationPolicy(
+        default_max_tokens=config.default_max_tokens, force_temperature=config.force_temperature
+    )
+    swarm = Swarm(hosts, data_dir=config.data_dir, policy=policy)
+    await swarm.start()
+    if config.train:
+        from swarmrl_server.trainer.setup import attach_trainers
+
+        await attach_trainers(swarm, config)
+    tls = None
+    if config.tls_cert or config.tls_key:
+        if not (config.tls_cert and config.tls_key):
+            raise ValueError("TLS needs both --tls-cert and --tls-key")
+        tls = grpc.ssl_server_credentials(
+            [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())]
+        )
+    keys = KeyRing(config.admin_keys, config.client_keys)
+    http = None
+    if config.http_port is not None:
+        # Same process, same loop, same Swarm: HTTP calls land in the same episodes. It
+        # starts first so that no StartEpisode can answer without the base URL.
+        http = HttpServer(build_app(swarm, server_keys=keys), config.host, config.http_port,
+                          grace_s=config.grace_s)
+        await http.start()
+        swarm.openai_base_url = http.openai_base_url
+    try:
+        server = await create_server(swarm, f"{config.host}:{config.port}", keys=keys, tls=tls)
+    except BaseException:
+        if http is not None:
+            await http.stop()
+        raise
+    return RunningServer(swarm, server, config, http)
+
+
+async def serve(config: ServerConfig) -> None:
+    """Runs until SIGINT/SIGTERM, then drains and stops."""
+    running = await start_server(config)
+    print(f"swarmrl serving gRPC on {running.grpc_target}", flush=True)
+    if running.http is not None:
+        print(f"swarmrl serving OpenAI-compatible HTTP on {running.openai_base_url} "
+              f"(Anthropic: {running.http.base_url})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting_down", grace_s=config.grace_s)
+    await running.stop()

@@ -1,0 +1,93 @@
+"""`swarmrl serve`: the command line of the swarm server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from pathlib import Path
+
+from swarmrl_server.config import ModelSpec, ServerConfig
+
+EPILOG = """\
+examples:
+  swarmrl serve --model tiny                      # a tiny model built offline, on 127.0.0.1:50051
+  swarmrl serve --model smollm2 --data-dir runs/a # SmolLM2-135M-Instruct, episodes kept on disk
+  swarmrl serve --model policy=./my-hf-model --model critic=tiny --port 0
+
+API keys can also come from the environment: SWARMRL_ADMIN_KEYS, SWARMRL_CLIENT_KEYS
+(comma-separated).
+"""
+
+
+def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a swarm server: host models, record episodes, train on them.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    # -- models
+    p.add_argument("--model", action="append", metavar="[NAME=]SOURCE", default=None,
+                   help="model to host: tiny, tiny:SEED, smollm2 or a directory (repeatable; "
+                        "the first is the default)")
+    p.add_argument("--cache-dir", type=Path, help="where built models are cached")
+    # -- network
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    p.add_argument("--port", type=int, default=50051, help="gRPC port, 0 = any free port")
+    p.add_argument("--http-port", type=int, default=8000,
+                   help="OpenAI-compatible HTTP port, 0 = any free port, -1 = off")
+    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain (enables TLS)")
+    p.add_argument("--tls-key", type=Path, help="PEM private key")
+    p.add_argument("--admin-key", action="append", default=[], help="API key with admin role")
+    p.add_argument("--client-key", action="append", default=[], help="API key with client role")
+    # -- storage
+    p.add_argument("--data-dir", type=Path,
+                   help="keep episodes, checkpoints and logs here (default: memory only)")
+    # -- generation
+    p.add_argument("--max-batch-size", type=int, default=32, help="generations batched together")
+    p.add_argument("--default-max-tokens", type=int, default=256)
+    p.add_argument("--force-temperature", type=float,
+                   help="sample every generation at this temperature (reported as an override)")
+    p.add_argument("--grace", type=float, default=5.0, help="seconds calls may finish on shutdown")
+    # -- training
+    p.add_argument("--train", action="store_true", help="train the models on ended episodes")
+    p.add_argument("--train-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="trainer setting, e.g. batch_episodes=32 (repeatable)")
+    p.add_argument("--resume", type=Path, help="resume training from this checkpoint directory")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    def env_keys(name: str) -> tuple[str, ...]:
+        return tuple(k for k in os.environ.get(name, "").split(",") if k)
+
+    options = {}
+    for item in args.train_option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--train-option {item!r}: expected KEY=VALUE")
+        options[key] = value
+    return ServerConfig(
+        models=tuple(ModelSpec.parse(m) for m in (args.model or ["tiny"])),
+        host=args.host, port=args.port,
+        http_port=None if args.http_port < 0 else args.http_port,
+        data_dir=args.data_dir, cache_dir=args.cache_dir,
+        admin_keys=tuple(args.admin_key) + env_keys("SWARMRL_ADMIN_KEYS"),
+        client_keys=tuple(args.client_key) + env_keys("SWARMRL_CLIENT_KEYS"),
+        tls_cert=args.tls_cert, tls_key=args.tls_key,
+        max_batch_size=args.max_batch_size, default_max_tokens=args.default_max_tokens,
+        force_temperature=args.force_temperature, grace_s=args.grace,
+        train=args.train, train_options=options, resume=args.resume,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    from swarmrl_server.app import serve  # heavy imports (torch) after --help
+
+    asyncio.run(serve(config_from_args(args)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Server configuration: one frozen dataclass, filled from the command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model to host."""
+
+    name: str
+    """Name clients address it by."""
+    source: str
+    """"tiny", "tiny:SEED", "smollm2" or a directory with HF weights."""
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSpec:
+        """"NAME=SOURCE", or "SOURCE" (named after it)."""
+        name, sep, source = text.partition("=")
+        if not sep:
+            source = name
+            name = Path(text).name if "/" in text else text.replace(":", "-")
+        if not name or not source:
+            raise ValueError(f"model spec {text!r}: expected NAME=SOURCE or SOURCE")
+        return cls(name, source)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How `swarmrl serve` runs."""
+
+    models: tuple[ModelSpec, ...] = (ModelSpec("tiny", "tiny"),)
+    """Models to host; the first is the default for episodes that name none."""
+    host: str = "127.0.0.1"
+    """Address to bind; loopback unless told otherwise (clients are untrusted)."""
+    port: int = 50051
+    """gRPC port; 0 picks a free one (printed at start-up)."""
+    http_port: int | None = 8000
+    """OpenAI-compatible HTTP port; None disables the shim, 0 picks a free one."""
+    data_dir: Path | None = None
+    """Where episodes, checkpoints and logs live; None keeps everything in memory."""
+    cache_dir: Path | None = None
+    """Where built/converted models are cached (default $SWARMRL_CACHE or ~/.cache/swarmrl)."""
+    admin_keys: tuple[str, ...] = ()
+    """API keys with the admin role; with no keys at all, the server is open."""
+    client_keys: tuple[str, ...] = ()
+    """API keys with the client role."""
+    tls_cert: Path | None = None
+    """PEM certificate chain; with tls_key, serves gRPC over TLS."""
+    tls_key: Path | None = None
+    """PEM private key for tls_cert."""
+    max_batch_size: int = 32
+    """Most concurrent generations one engine batches together."""
+    default_max_tokens: int = 256
+    """max_tokens for requests that give none."""
+    force_temperature: float | None = None
+    """Sample every generation at this temperature (reported to clients as an override)."""
+    grace_s: float = 5.0
+    """On shutdown, how long calls in flight may finish."""
+    train: bool = False
+    """Train the hosted models on ended episodes."""
+    train_options: dict[str, str] = field(default_factory=dict)
+    """Trainer settings (key=value), see `swarmrl serve --help`."""
+    resume: Path | None = None
+    """Checkpoint directory to resume training from."""

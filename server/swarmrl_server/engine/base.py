@@ -1,0 +1,107 @@
+"""The engine interface: token ids in, token ids + logprobs out, streamed.
+
+An engine knows nothing about chat, episodes or training. It takes a prompt as
+token ids and sampling parameters, and streams back what it generated: chunks of
+token ids with their logprobs and the text they add, then one final
+`GenerationOutput`. Concurrent `generate` calls are batched together by the
+engine. Weights change only between batches, so all tokens of one call share
+one policy version.
+
+Logprobs are those of the sampling distribution, i.e. log_softmax(logits / T)
+at the sampled token for temperature T > 0 (raw logits for T == 0), which is
+what the trainer recomputes as the "old" logprob for the importance ratio.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one completion."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy."""
+    top_p: float = 1.0
+    """Nucleus mass in (0, 1]."""
+    max_tokens: int = 256
+    """Most tokens to generate (also capped by the model's context length)."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Token ids that end generation, besides the tokenizer's end-of-turn token."""
+    stop: tuple[str, ...] = ()
+    """Stop strings: generation ends once the text ends with one; the text returned omits it."""
+    seed: int | None = None
+    """Per-request seed: the same seed, prompt and weights give the same tokens."""
+    top_logprobs: int = 0
+    """How many alternatives to report per generated token."""
+
+
+@dataclass(frozen=True)
+class GenerationChunk:
+    """Tokens generated since the previous chunk."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    """Text these tokens complete (held back while a character or stop string is incomplete)."""
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GenerationOutput:
+    """The whole result of one call; the last item `generate` yields."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    """Every generated token, including the stop token (and a stop string's tokens)."""
+    logprobs: list[float]
+    text: str
+    """Completion text without the stop token or stop string."""
+    finish_reason: FinishReason
+    policy_version: int
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+
+
+class Engine(abc.ABC):
+    """A model that serves tokens. Implementations: `HFEngine` (CPU), `VLLMEngine` (GPU)."""
+
+    name: str
+    """The model's name, as clients address it."""
+    max_model_len: int
+    """Context length: prompt + completion tokens."""
+    vocab_size: int
+    """Token ids must be in [0, vocab_size)."""
+    eos_token_ids: tuple[int, ...]
+    """Tokens that end a turn (the chat template's end-of-turn token)."""
+
+    @property
+    @abc.abstractmethod
+    def policy_version(self) -> int:
+        """Version of the weights serving new calls."""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Starts background work (batching loop). Idempotent."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Stops background work; calls in flight finish with finish_reason "abort"."""
+
+    @abc.abstractmethod
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
+        """Streams chunks, then exactly one GenerationOutput. Closing the iterator early
+        cancels the request."""
+
+    @abc.abstractmethod
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor], policy_version: int) -> None:
+        """Loads new weights; calls started after this returns use them."""

@@ -1,0 +1,598 @@
+"""`HFEngine`: a transformers model served on CPU, with concurrent calls batched in waves.
+
+One scheduler thread owns the model (torch work must never block the asyncio
+loop of the gRPC server). It takes every waiting request (up to
+`max_batch_size`) as a *wave*, left-pads the prompts, runs one batched prefill
+and then decodes token by token with the KV cache. Each new token is streamed to
+its caller's asyncio queue with `loop.call_soon_threadsafe`. Rows that finish,
+or whose caller went away, leave the batch (and the cache) at once, so they cost
+nothing more; requests that arrive meanwhile wait for the next wave.
+
+Weights change only between waves, so all tokens of one call come from one
+policy version.
+
+Logprobs: for temperature T > 0 a token's logprob is log_softmax(logits / T) at
+that token, i.e. under the tempered distribution *before* top-p truncation
+(what a trainer recomputes from a plain forward pass); for T == 0 (greedy) it
+is log_softmax(logits). `top_logprobs` come from the same distribution.
+
+Threads: we leave torch's global thread settings alone; the scheduler thread
+uses torch's intra-op pool like any other caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import math
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import torch
+
+from swarmrl_server.engine.base import (
+    Engine,
+    FinishReason,
+    GenerationChunk,
+    GenerationOutput,
+    SamplingParams,
+)
+from swarmrl_server.errors import Reason, SwarmError, invalid, unavailable
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+MAX_TOP_LOGPROBS = 20
+"""Most alternatives a call may ask for per token (vLLM's default cap)."""
+_END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
+_DETOKENIZE_CONTEXT = 5
+"""Prompt tokens the detokenizer starts from, so the first token's leading space
+decodes as it does mid-sentence (matters for SentencePiece-style decoders)."""
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the scheduler's counters."""
+
+    waves: int
+    """Waves (batched prefill + decode loops) started."""
+    wave_sizes: tuple[int, ...]
+    """Rows in each of the most recent waves (at most 1000), oldest first."""
+    steps: int
+    """Decode steps (batched forward passes after the prefill)."""
+    tokens_generated: int
+    active_rows: int
+    """Rows in the wave running now."""
+    waiting: int
+    """Requests waiting for the next wave."""
+
+
+class _TextStream:
+    """Incremental detokenizer with stop strings.
+
+    Text is released only when it is final: never half a UTF-8 character, and never
+    a tail that might be the start of a stop string. The released pieces concatenate
+    to the final text.
+    """
+
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, prompt_ids: list[int], stop: tuple[str, ...]
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._stop = stop
+        tail = prompt_ids[-_DETOKENIZE_CONTEXT:]
+        if self._decode(tail).endswith("\ufffd"):
+            tail = []  # the prompt ends mid-character; don't let the completion "fix" it
+        self._ids = list(tail)
+        self._prefix = 0  # window start: tokens before it are done with
+        self._read = len(self._ids)  # tokens before it have been turned into text
+        self._text = ""  # completion text decoded so far
+        self._sent = 0  # chars of _text released to the caller
+        self._partial = 0  # chars of the unconverted window already moved to _text
+        self.stopped = False
+        """Whether a stop string matched (text is cut before it)."""
+
+    @property
+    def text(self) -> str:
+        return self._text[: self._sent]
+
+    def _decode(self, ids: list[int]) -> str:
+        text = self._tokenizer.decode(
+            ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
+        assert isinstance(text, str)
+        return text
+
+    def push(self, token_id: int | None, *, final: bool = False) -> str:
+        """Adds a token (None: none) and returns the text released by it.
+
+        `final` flushes everything held back, incomplete characters included.
+        """
+        if token_id is not None:
+            self._ids.append(token_id)
+        # Decode a short window that starts with already-converted tokens: the diff
+        # to the window's old text is the new text (TGI/vLLM's method, O(1) per token).
+        prefix_text = self._decode(self._ids[self._prefix : self._read])
+        new_text = self._decode(self._ids[self._prefix :])
+        done = len(prefix_text) + self._partial  # window chars already in _text
+        if final or (len(new_text) > done and not new_text.endswith("\ufffd")):
+            self._text += new_text[done:]
+            self._prefix, self._read, self._partial = self._read, len(self._ids), 0
+        else:
+            # The window ends in an incomplete character (or invalid bytes). Characters
+            # before the trailing run of U+FFFD are complete and later bytes can't
+            # change them (UTF-8 is self-synchronising): take them now, keep the rest.
+            stable = new_text.rstrip("\ufffd")
+            if len(stable) > done:
+                self._text += stable[done:]
+                self._partial = len(stable) - len(prefix_text)
+        return self._release(final)
+
+    def _release(self, final: bool) -> str:
+        end = len(self._text)
+        if self._stop:
+            # A match can only start in unreleased text: we never release a stop prefix.
+            hits = [i for s in self._stop if (i := self._text.find(s, self._sent)) != -1]
+            if hits:
+                end = min(hits)
+                self._text = self._text[:end]
+                self.stopped = True
+            elif not final:
+                end -= self._held_stop_prefix()
+        out = self._text[self._sent : end]
+        self._sent = end
+        return out
+
+    def _held_stop_prefix(self) -> int:
+        """Length of the longest unreleased tail that could begin a stop string."""
+        pending = self._text[self._sent :]
+        best = 0
+        for stop in self._stop:
+            for n in range(min(len(stop) - 1, len(pending)), best, -1):
+                if pending.endswith(stop[:n]):
+                    best = n
+                    break
+        return best
+
+
+@dataclass(eq=False)
+class _Request:
+    """One call, from submission until its GenerationOutput is sent."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    stop_ids: frozenset[int]
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[GenerationChunk | GenerationOutput | BaseException]
+    stream: _TextStream
+    generator: torch.Generator | None
+    cancelled: bool = False
+    """Set on the event loop when the caller closes the iterator; the scheduler drops the row."""
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+
+    def send(self, item: GenerationChunk | GenerationOutput | BaseException) -> None:
+        """Hands an item to the caller's event loop (called from the scheduler thread)."""
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the caller's loop is closed: nobody is listening
+            self.cancelled = True
+
+    def finish(self, reason: FinishReason, policy_version: int) -> None:
+        self.send(
+            GenerationOutput(
+                prompt_ids=self.prompt_ids,
+                completion_ids=self.completion_ids,
+                logprobs=self.logprobs,
+                text=self.stream.text,
+                finish_reason=reason,
+                policy_version=policy_version,
+                top_logprobs=self.top_logprobs,
+            )
+        )
+
+
+@dataclass(eq=False)
+class _WeightUpdate:
+    state_dict: Mapping[str, torch.Tensor]
+    policy_version: int
+    done: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
+
+
+class HFEngine(Engine):
+    """Serves a transformers causal LM on CPU, batching concurrent calls in waves."""
+
+    def __init__(
+        self,
+        name: str,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        max_batch_size: int = 32,
+        max_model_len: int | None = None,
+        batch_window_s: float = 0.005,
+    ) -> None:
+        """`batch_window_s`: how long an idle scheduler waits, after the first request
+        arrives, for others to join its wave (calls made "at the same time" by one
+        event loop reach the scheduler microseconds apart)."""
+        if max_batch_size < 1:
+            raise ValueError("max_batch_size must be >= 1")
+        self.name = name
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.batch_window_s = batch_window_s
+        context = getattr(model.config, "max_position_embeddings", None)
+        self.max_model_len = int(max_model_len or context or 2048)
+        embeddings: torch.nn.Embedding = model.get_input_embeddings()  # type: ignore[assignment]
+        self.vocab_size = int(embeddings.num_embeddings)
+        self.eos_token_ids = self._end_of_turn_ids()
+        pad = tokenizer.pad_token_id
+        self._pad_id = int(pad) if pad is not None else self.eos_token_ids[0]
+
+        self._policy_version = 0
+        self._cond = threading.Condition()  # guards the fields below
+        self._waiting: collections.deque[_Request] = collections.deque()
+        self._updates: list[_WeightUpdate] = []
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        # Held while the model runs or changes; lets update_weights work without the thread.
+        self._model_lock = threading.Lock()
+        self._waves = 0
+        self._wave_sizes: collections.deque[int] = collections.deque(maxlen=1000)
+        self._steps = 0
+        self._tokens = 0
+        self._active = 0
+
+    @classmethod
+    def from_pretrained(cls, name: str, path: Path | str, **kwargs: Any) -> HFEngine:
+        """Loads a local checkpoint (see `swarmrl_server.models.load_model`)."""
+        from swarmrl_server.models import load_model
+
+        model, tokenizer = load_model(Path(path))
+        return cls(name, model, tokenizer, **kwargs)
+
+    def _end_of_turn_ids(self) -> tuple[int, ...]:
+        """The tokenizer's eos, generation_config's eos, and ChatML-style turn ends."""
+        ids: list[int] = []
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        for tid in [
+            self.tokenizer.eos_token_id,
+            *([gen_eos] if isinstance(gen_eos, int) else gen_eos or []),
+        ]:
+            if tid is not None and int(tid) not in ids:
+                ids.append(int(tid))
+        vocab = self.tokenizer.get_vocab()
+        for token in _END_OF_TURN_TOKENS:
+            if token in vocab and vocab[token] not in ids:
+                ids.append(vocab[token])
+        if not ids:
+            raise ValueError("the tokenizer has no eos token; cannot tell where a turn ends")
+        return tuple(ids)
+
+    # ---- public API -------------------------------------------------------------
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    @property
+    def stats(self) -> EngineStats:
+        with self._cond:
+            return EngineStats(
+                waves=self._waves,
+                wave_sizes=tuple(self._wave_sizes),
+                steps=self._steps,
+                tokens_generated=self._tokens,
+                active_rows=self._active,
+                waiting=len(self._waiting),
+            )
+
+    async def start(self) -> None:
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._stopping = False
+            self._thread = threading.Thread(
+                target=self._run, name=f"hf-engine-{self.name}", daemon=True
+            )
+            self._thread.start()
+
+    async def stop(self) -> None:
+        with self._cond:
+            thread = self._thread
+            if thread is None:
+                return
+            self._stopping = True
+            self._cond.notify_all()
+        await asyncio.to_thread(thread.join)
+        with self._cond:
+            self._thread = None
+
+    async def update_weights(
+        self, state_dict: Mapping[str, torch.Tensor], policy_version: int
+    ) -> None:
+        update = _WeightUpdate(state_dict, policy_version)
+        with self._cond:
+            running = self._thread is not None and not self._stopping
+            if running:
+                self._updates.append(update)
+                self._cond.notify_all()
+        if not running:
+            await asyncio.to_thread(self._apply_update, update)
+        await asyncio.wrap_future(update.done)
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
+        request = self._new_request(prompt_ids, params)
+        with self._cond:
+            if self._thread is None or self._stopping:
+                raise unavailable(Reason.SHUTTING_DOWN, f"engine {self.name!r} is not running")
+            self._waiting.append(request)
+            self._cond.notify_all()
+        try:
+            while True:
+                item = await request.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, GenerationOutput):
+                    return
+        finally:
+            request.cancelled = True  # no-op once finished; frees the row otherwise
+
+    # ---- validation -------------------------------------------------------------
+
+    def _new_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> _Request:
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise invalid("prompt_ids", "must not be empty")
+        bad = next((t for t in prompt if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise invalid("prompt_ids", f"token id {bad} is outside [0, {self.vocab_size})")
+        if len(prompt) >= self.max_model_len:
+            raise invalid(
+                "prompt_ids",
+                f"{len(prompt)} tokens leave no room to generate"
+                f" (max_model_len {self.max_model_len})",
+            )
+        if not (params.temperature >= 0 and math.isfinite(params.temperature)):
+            raise invalid("params.temperature", "must be a finite number >= 0")
+        if not 0 < params.top_p <= 1:
+            raise invalid("params.top_p", "must be in (0, 1]")
+        if params.max_tokens < 1:
+            raise invalid("params.max_tokens", "must be >= 1")
+        if not 0 <= params.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise invalid("params.top_logprobs", f"must be in [0, {MAX_TOP_LOGPROBS}]")
+        if any(not 0 <= t < self.vocab_size for t in params.stop_token_ids):
+            raise invalid("params.stop_token_ids", f"ids must be in [0, {self.vocab_size})")
+        if any(not s for s in params.stop):
+            raise invalid("params.stop", "stop strings must not be empty")
+        generator = None
+        if params.temperature > 0:
+            # Every sampled row has its own generator, so its draws don't depend on
+            # what else is in the batch; a seeded row is thus reproducible.
+            seed = params.seed if params.seed is not None else secrets.randbits(63)
+            generator = torch.Generator().manual_seed(seed)
+        return _Request(
+            prompt_ids=prompt,
+            params=params,
+            stop_ids=frozenset(params.stop_token_ids) | frozenset(self.eos_token_ids),
+            loop=asyncio.get_running_loop(),
+            queue=asyncio.Queue(),
+            stream=_TextStream(self.tokenizer, prompt, tuple(params.stop)),
+            generator=generator,
+        )
+
+    # ---- scheduler thread -------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._waiting or self._updates or self._stopping):
+                    self._cond.wait()
+                if self._stopping:
+                    break
+                updates, self._updates = self._updates, []
+            if updates:  # between waves: the only place weights change
+                for update in updates:
+                    self._apply_update(update)
+                continue
+            with self._cond:
+                deadline = time.monotonic() + self.batch_window_s
+                while len(self._waiting) < self.max_batch_size and not self._stopping:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                n = min(len(self._waiting), self.max_batch_size)
+                wave = [self._waiting.popleft() for _ in range(n)]
+            if wave:
+                self._run_wave(wave)
+        # Stopping: nothing waiting will run; pending weight updates still apply.
+        with self._cond:
+            waiting, self._waiting = list(self._waiting), collections.deque()
+            updates, self._updates = self._updates, []
+        for request in waiting:
+            request.finish("abort", self._policy_version)
+        for update in updates:
+            self._apply_update(update)
+
+    def _apply_update(self, update: _WeightUpdate) -> None:
+        """Copies `update.state_dict` into the model, all or nothing."""
+        try:
+            with self._model_lock, torch.no_grad():
+                params = self.model.state_dict()
+                unknown = sorted(set(update.state_dict) - set(params))
+                if unknown:
+                    raise invalid("state_dict", f"unknown parameter names {unknown[:5]}")
+                for key, value in update.state_dict.items():
+                    if tuple(value.shape) != tuple(params[key].shape):
+                        raise invalid(
+                            "state_dict",
+                            f"{key} has shape {tuple(value.shape)},"
+                            f" expected {tuple(params[key].shape)}",
+                        )
+                for key, value in update.state_dict.items():
+                    params[key].copy_(value)
+                self._policy_version = update.policy_version
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+            update.done.set_exception(exc)
+        else:
+            update.done.set_result(None)
+
+    def _run_wave(self, wave: list[_Request]) -> None:
+        rows = [r for r in wave if not r.cancelled]
+        if not rows:
+            return
+        with self._cond:
+            self._waves += 1
+            self._wave_sizes.append(len(rows))
+            self._active = len(rows)
+        try:
+            with self._model_lock:
+                self._decode_wave(rows, self._policy_version)
+        except Exception as exc:  # noqa: BLE001 - a bug or OOM must not kill the scheduler
+            error = SwarmError(
+                grpc.StatusCode.INTERNAL, Reason.INTERNAL, f"generation failed: {exc!r}"
+            )
+            error.__cause__ = exc
+            for row in rows:
+                if not row.cancelled:  # finished rows already have their output
+                    row.send(error)
+        finally:
+            with self._cond:
+                self._active = 0
+
+    @torch.inference_mode()
+    def _decode_wave(self, rows: list[_Request], version: int) -> None:
+        """Prefill + decode loop for one wave; every row ends with a GenerationOutput."""
+        from transformers import DynamicCache
+
+        B, T = len(rows), max(len(r.prompt_ids) for r in rows)
+        ids_B_T = torch.full((B, T), self._pad_id, dtype=torch.long)
+        mask_B_T = torch.zeros((B, T), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids_B_T[i, T - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            mask_B_T[i, T - len(r.prompt_ids) :] = 1
+        # Left padding: real tokens are numbered from 0 in each row, pads are masked.
+        pos_B_T = (mask_B_T.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=ids_B_T,
+            attention_mask=mask_B_T,
+            position_ids=pos_B_T,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits_B_V = out.logits[:, -1, :].float()
+        next_pos_B = mask_B_T.sum(-1)
+        while True:
+            if self._stopping:
+                for r in rows:  # text held back (a partial character) is dropped
+                    r.finish("abort", version)
+                return
+            tokens_B = self._sample_and_emit(rows, logits_B_V, version)
+            keep = [i for i, r in enumerate(rows) if not r.cancelled]
+            if not keep:
+                return
+            if len(keep) < len(rows):  # drop finished/cancelled rows from every tensor
+                keep_K = torch.tensor(keep)
+                cache.batch_select_indices(keep_K)
+                mask_B_T, next_pos_B = mask_B_T[keep_K], next_pos_B[keep_K]
+                tokens_B = tokens_B[keep_K]
+                rows = [rows[i] for i in keep]
+                with self._cond:
+                    self._active = len(rows)
+            mask_B_T = torch.cat([mask_B_T, mask_B_T.new_ones((len(rows), 1))], dim=-1)
+            out = self.model(
+                input_ids=tokens_B[:, None],
+                attention_mask=mask_B_T,
+                position_ids=next_pos_B[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits_B_V = out.logits[:, -1, :].float()
+            next_pos_B = next_pos_B + 1
+            with self._cond:
+                self._steps += 1
+
+    def _sample_and_emit(
+        self, rows: list[_Request], logits_B_V: torch.Tensor, version: int
+    ) -> torch.Tensor:
+        """Samples one token per row, streams it, and marks finished rows `cancelled`.
+
+        Returns the sampled ids (B,) for the next forward pass.
+        """
+        temps_B = torch.tensor([r.params.temperature or 1.0 for r in rows])
+        logprobs_B_V = torch.log_softmax(logits_B_V / temps_B[:, None], dim=-1)
+        tokens: list[int] = []
+        for i, r in enumerate(rows):
+            if r.generator is None:  # greedy
+                tokens.append(int(logprobs_B_V[i].argmax()))
+                continue
+            probs_V = logprobs_B_V[i].exp()
+            if r.params.top_p < 1.0:
+                probs_V = _top_p(probs_V, r.params.top_p)
+            tokens.append(int(torch.multinomial(probs_V, 1, generator=r.generator)))
+        tokens_B = torch.tensor(tokens)
+        token_lps = logprobs_B_V.gather(1, tokens_B[:, None])[:, 0].tolist()
+        k_max = max(r.params.top_logprobs for r in rows)
+        top_ids: list[list[int]] = []
+        top_lps: list[list[float]] = []
+        if k_max:
+            top_B_K = logprobs_B_V.topk(k_max, dim=-1)
+            top_ids, top_lps = top_B_K.indices.tolist(), top_B_K.values.tolist()
+        with self._cond:  # counted before the tokens reach callers, who may read stats
+            self._tokens += len(rows)
+        for i, r in enumerate(rows):
+            tops = (
+                list(zip(top_ids[i][: r.params.top_logprobs], top_lps[i][: r.params.top_logprobs]))
+                if r.params.top_logprobs
+                else []
+            )
+            self._emit(r, tokens[i], token_lps[i], tops, version)
+        return tokens_B
+
+    def _emit(
+        self, r: _Request, token: int, logprob: float, tops: list[tuple[int, float]], version: int
+    ) -> None:
+        """Records a token for `r`, streams its chunk, and finishes the call if it ended."""
+        r.completion_ids.append(token)
+        r.logprobs.append(logprob)
+        if r.params.top_logprobs:
+            r.top_logprobs.append(tops)
+        n = len(r.completion_ids)
+        at_limit = n >= r.params.max_tokens or len(r.prompt_ids) + n >= self.max_model_len
+        reason: FinishReason | None = None
+        if token in r.stop_ids:
+            text = r.stream.push(None, final=True)  # the stop token adds no text
+            reason = "stop"
+        else:
+            text = r.stream.push(token, final=at_limit)
+            if r.stream.stopped:
+                reason = "stop"
+            elif at_limit:
+                reason = "length"
+        r.send(GenerationChunk([token], [logprob], text, [tops] if r.params.top_logprobs else []))
+        if reason is not None:
+            r.finish(reason, version)
+            r.cancelled = True  # done: the row leaves the batch
+
+
+def _top_p(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zeroes the tail outside the smallest set of tokens with mass >= top_p."""
+    sorted_V, order_V = probs_V.sort(descending=True)
+    outside_V = (sorted_V.cumsum(0) - sorted_V) >= top_p  # the top token always stays
+    sorted_V = sorted_V.masked_fill(outside_V, 0.0)
+    return torch.zeros_like(probs_V).scatter_(0, order_V, sorted_V)

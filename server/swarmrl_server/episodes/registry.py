@@ -1,0 +1,447 @@
+"""Episodes: start, generate, reward, end, abort — the domain behind EpisodeService.
+
+Open episodes live in memory (with their calls, which the next chat turn
+extends) and in the store; every state change is committed to the store before
+the call returns. Retried requests carry a client-made request_id and are
+applied once: a repeated StartEpisode returns the same episode, a repeated
+EndEpisode the stored answer, a repeated Generate the recorded call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import structlog
+
+from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
+from swarmrl_server.episodes.chat import Message, parse_reply, validate_messages
+from swarmrl_server.episodes.render import extended_parent, render_prompt
+from swarmrl_server.errors import Reason, SwarmError, invalid, not_found, precondition, unavailable
+from swarmrl_server.hosting import ModelHost
+from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
+from swarmrl_server.store.sqlite import SqliteStore
+
+log = structlog.get_logger("swarmrl.episodes")
+
+MAX_ID_LEN = 256
+MAX_LABELS = 64
+
+
+@dataclass(frozen=True)
+class SamplingRequest:
+    """Sampling fields as the client sent them; None means "server default"."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+    top_logprobs: int = 0
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """The last item of a generate stream: the recorded call and the parsed reply."""
+
+    call: CallRecord
+    message: Message
+    finish_reason: str
+    """"stop", "length", "tool_calls" or "abort"."""
+    overridden: dict[str, Any] = field(default_factory=dict)
+    """Sampling fields the server's policy replaced ({field: value used})."""
+    replayed: bool = False
+
+
+@dataclass
+class GenerationPolicy:
+    """Server-side rules applied to every generation request."""
+
+    default_max_tokens: int = 256
+    force_temperature: float | None = None
+    """When set, training generations sample at this temperature whatever the client
+    asks (reported back as an override, never silently)."""
+    force_top_p: float | None = None
+
+
+@dataclass
+class _Open:
+    record: EpisodeRecord
+    calls: list[CallRecord]
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+KEY_PREFIX = "sk-swarm-"
+
+
+class EpisodeKeys:
+    """Per-episode API keys for the OpenAI shim: the episode id plus an HMAC of it under
+    the server's secret. Nothing is stored per key, a restarted server (same data dir,
+    same secret) honours keys it issued before, and a key reaches only its episode."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def _mac(self, episode_id: str) -> str:
+        return hmac.new(self._secret, episode_id.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def key_for(self, episode_id: str) -> str:
+        return f"{KEY_PREFIX}{episode_id}.{self._mac(episode_id)}"
+
+    def episode_for(self, key: str) -> str | None:
+        """The episode a key addresses, or None when the key is not one we issued."""
+        if not key.startswith(KEY_PREFIX) or "." not in key:
+            return None
+        episode_id, mac = key[len(KEY_PREFIX):].rsplit(".", 1)
+        return episode_id if hmac.compare_digest(mac, self._mac(episode_id)) else None
+
+
+class EpisodeRegistry:
+    """Owns every episode's lifecycle."""
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        models: dict[str, ModelHost],
+        keys: EpisodeKeys,
+        *,
+        policy: GenerationPolicy | None = None,
+        is_paused: Callable[[], str | None] = lambda: None,
+        require_session: Callable[[str], object] = lambda s: None,
+        on_ended: Callable[[EpisodeRecord], Awaitable[None]] | None = None,
+    ) -> None:
+        self._store = store
+        self._models = models
+        self.keys = keys
+        self.policy = policy or GenerationPolicy()
+        self._is_paused = is_paused
+        self._require_session = require_session
+        self._on_ended = on_ended
+        self._open: dict[str, _Open] = {}
+
+    async def load(self) -> None:
+        """Restores open episodes after a restart, calls included."""
+        for record in await self._store.list_episodes(EpisodeState.OPEN, with_calls=True):
+            self._open[record.episode_id] = _Open(record, record.calls)
+            record.calls = []
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    def open_in_session(self, session_id: str) -> list[str]:
+        return [e for e, o in self._open.items() if o.record.session_id == session_id]
+
+    # -- start ---------------------------------------------------------------------
+
+    async def start(
+        self,
+        *,
+        session_id: str,
+        task_id: str,
+        group_id: str,
+        agent_version: str,
+        models: list[str],
+        request_id: str,
+        labels: dict[str, str],
+    ) -> tuple[EpisodeRecord, str]:
+        """Starts an episode; returns it and its API key (for the OpenAI shim)."""
+        if request_id:
+            if len(request_id) > MAX_ID_LEN:
+                raise invalid("request_id", f"must be at most {MAX_ID_LEN} characters")
+            existing = await self._store.find_episode_by_start_request(request_id)
+            if existing is not None:
+                return existing, self.keys.key_for(existing.episode_id)
+        self._require_session(session_id)
+        for name, value in (("task_id", task_id), ("group_id", group_id),
+                            ("agent_version", agent_version)):
+            if len(value) > MAX_ID_LEN:
+                raise invalid(name, f"must be at most {MAX_ID_LEN} characters")
+        if len(labels) > MAX_LABELS:
+            raise invalid("labels", f"at most {MAX_LABELS} labels")
+        if not models:
+            models = [next(iter(self._models))]
+        for name in models:
+            if name not in self._models:
+                raise not_found(Reason.MODEL_NOT_FOUND, "model", name)
+        if len(set(models)) != len(models):
+            raise invalid("models", "lists a model twice")
+        episode_id = f"ep-{uuid.uuid4().hex}"
+        record = EpisodeRecord(
+            episode_id=episode_id, session_id=session_id, task_id=task_id,
+            group_id=group_id or task_id, agent_version=agent_version, models=list(models),
+            labels=dict(labels), state=EpisodeState.OPEN, start_time=time.time(),
+            start_request_id=request_id,
+        )
+        await self._store.create_episode(record)
+        self._open[episode_id] = _Open(record, [])
+        log.debug("episode_started", episode_id=episode_id, task_id=task_id)
+        return record, self.keys.key_for(episode_id)
+
+    # -- lookups -------------------------------------------------------------------
+
+    async def get(self, episode_id: str, *, with_calls: bool = False) -> EpisodeRecord:
+        record = await self._store.get_episode(episode_id, with_calls=with_calls)
+        if record is None:
+            raise not_found(Reason.EPISODE_NOT_FOUND, "episode", episode_id)
+        return record
+
+    async def by_api_key(self, api_key: str) -> EpisodeRecord | None:
+        episode_id = self.keys.episode_for(api_key)
+        return None if episode_id is None else await self._store.get_episode(episode_id)
+
+    async def _require_open(self, episode_id: str) -> _Open:
+        open_ = self._open.get(episode_id)
+        if open_ is not None:
+            return open_
+        record = await self.get(episode_id)  # NOT_FOUND when it never existed
+        raise precondition(
+            Reason.EPISODE_NOT_OPEN, f"episode {episode_id} is {record.state.value}, not open"
+        )
+
+    # -- generate ------------------------------------------------------------------
+
+    async def generate(
+        self,
+        episode_id: str,
+        *,
+        model: str = "",
+        messages: list[Message] | None = None,
+        tools: list[Message] | None = None,
+        token_ids: list[int] | None = None,
+        sampling: SamplingRequest = SamplingRequest(),
+        request_id: str = "",
+        input_field: str = "input",
+    ) -> AsyncIterator[GenerationChunk | GenerationResult]:
+        """Runs one call: validates, renders, streams the engine's chunks, records the call,
+        and yields the GenerationResult last."""
+        open_ = await self._require_open(episode_id)
+        if request_id:
+            for call in open_.calls:
+                if call.request_id == request_id:
+                    yield self._replay(call)
+                    return
+        host = self._resolve_model(open_.record, model)
+        paused = self._is_paused()
+        if paused:
+            raise unavailable(Reason.GENERATION_PAUSED, f"generation is paused: {paused}")
+        params, overridden = self._sampling(sampling, host)
+        calls_of_model = [c for c in open_.calls if c.model == host.name]
+        chat_json = ""
+        if messages is not None:
+            validate_messages(messages, f"{input_field}.messages")
+            rendered = render_prompt(
+                host.tokenizer, messages, tools, calls_of_model, host.engine.eos_token_ids
+            )
+            prompt_ids = rendered.prompt_ids
+            chat = {"messages": messages, "tools": tools or None, "reply": None,
+                    "fork_reason": rendered.fork_reason}
+        elif token_ids is not None:
+            if not token_ids:
+                raise invalid(f"{input_field}.token_ids", "must not be empty")
+            vocab = host.engine.vocab_size
+            for i, t in enumerate(token_ids):
+                if not 0 <= t < vocab:
+                    raise invalid(
+                        f"{input_field}.token_ids[{i}]", f"{t} is outside the vocabulary [0, {vocab})"
+                    )
+            prompt_ids = list(token_ids)
+            chat = None
+        else:
+            raise invalid(input_field, "give chat messages or token ids")
+        room = host.engine.max_model_len - len(prompt_ids)
+        if room <= 0:
+            raise invalid(
+                input_field,
+                f"prompt is {len(prompt_ids)} tokens; the model's context is "
+                f"{host.engine.max_model_len}",
+            )
+        if sampling.max_tokens is not None and sampling.max_tokens > room:
+            raise invalid(
+                "sampling.max_tokens",
+                f"{sampling.max_tokens} + prompt of {len(prompt_ids)} tokens exceeds the "
+                f"context of {host.engine.max_model_len}",
+            )
+        params = SamplingParams(**{**params.__dict__, "max_tokens": min(params.max_tokens, room)})
+
+        output: GenerationOutput | None = None
+        async for item in host.engine.generate(prompt_ids, params):
+            if isinstance(item, GenerationOutput):
+                output = item
+            else:
+                yield item
+        assert output is not None, "engine ended without a result"
+        if output.finish_reason == "abort":
+            raise SwarmError(
+                grpc.StatusCode.UNAVAILABLE, Reason.SHUTTING_DOWN,
+                "generation was aborted (the server is stopping)", retry_after_s=1.0,
+            )
+        message, finish_reason = parse_reply(output.text, output.finish_reason)
+        if chat is not None:
+            chat["reply"] = message
+            chat_json = json.dumps(chat)
+        call = CallRecord(
+            call_id=f"call-{uuid.uuid4().hex}", episode_id=episode_id, seq=-1,
+            model=host.name, prompt_ids=list(output.prompt_ids),
+            completion_ids=list(output.completion_ids), logprobs=list(output.logprobs),
+            policy_version=output.policy_version, finish_reason=finish_reason,
+            temperature=params.temperature, text=output.text, request_id=request_id,
+            parent_call_id=extended_parent(output.prompt_ids, calls_of_model),
+            created_at=time.time(), chat_json=chat_json, top_logprobs=output.top_logprobs,
+        )
+        # Once the engine has finished, the call is recorded whole even if the caller goes
+        # away meanwhile, so the store and the in-memory call list never disagree.
+        await asyncio.shield(self._record_call(open_, call))
+        yield GenerationResult(call, message, finish_reason, overridden)
+
+    async def _record_call(self, open_: _Open, call: CallRecord) -> None:
+        async with open_.lock:
+            if call.episode_id not in self._open:
+                # Ended or aborted while this call ran: hand the result back, record nothing.
+                log.warning("call_after_episode_closed", episode_id=call.episode_id)
+                return
+            call.seq = len(open_.calls)
+            await self._store.add_call(call)
+            open_.calls.append(call)
+
+    def _resolve_model(self, record: EpisodeRecord, model: str) -> ModelHost:
+        name = model or record.models[0]
+        if name not in self._models:
+            raise not_found(Reason.MODEL_NOT_FOUND, "model", name)
+        if name not in record.models:
+            raise invalid("model", f"{name!r} is not among the episode's models {record.models}")
+        return self._models[name]
+
+    def _sampling(self, s: SamplingRequest, host: ModelHost) -> tuple[SamplingParams, dict[str, Any]]:
+        if s.temperature is not None and not (math.isfinite(s.temperature) and s.temperature >= 0):
+            raise invalid("sampling.temperature", "must be a finite number >= 0")
+        if s.top_p is not None and not (math.isfinite(s.top_p) and 0 < s.top_p <= 1):
+            raise invalid("sampling.top_p", "must be in (0, 1]")
+        if s.max_tokens is not None and s.max_tokens <= 0:
+            raise invalid("sampling.max_tokens", f"must be positive; got {s.max_tokens}")
+        if not 0 <= s.top_logprobs <= 20:
+            raise invalid("sampling.top_logprobs", "must be between 0 and 20")
+        for i, t in enumerate(s.stop_token_ids):
+            if not 0 <= t < host.engine.vocab_size:
+                raise invalid(f"sampling.stop_token_ids[{i}]", f"{t} is outside the vocabulary")
+        for i, text in enumerate(s.stop):
+            if not text:
+                raise invalid(f"sampling.stop[{i}]", "must not be empty")
+        overridden: dict[str, Any] = {}
+        temperature = 1.0 if s.temperature is None else s.temperature
+        top_p = 1.0 if s.top_p is None else s.top_p
+        if self.policy.force_temperature is not None and temperature != self.policy.force_temperature:
+            temperature = self.policy.force_temperature
+            if s.temperature is not None:
+                overridden["temperature"] = temperature
+        if self.policy.force_top_p is not None and top_p != self.policy.force_top_p:
+            top_p = self.policy.force_top_p
+            if s.top_p is not None:
+                overridden["top_p"] = top_p
+        params = SamplingParams(
+            temperature=temperature, top_p=top_p,
+            max_tokens=s.max_tokens or self.policy.default_max_tokens,
+            stop_token_ids=tuple(s.stop_token_ids), stop=tuple(s.stop), seed=s.seed,
+            top_logprobs=s.top_logprobs,
+        )
+        return params, overridden
+
+    def _replay(self, call: CallRecord) -> GenerationResult:
+        chat = json.loads(call.chat_json) if call.chat_json else None
+        message, finish_reason = (
+            (chat["reply"], call.finish_reason) if chat else parse_reply(call.text, call.finish_reason)
+        )
+        return GenerationResult(call, message, finish_reason, replayed=True)
+
+    # -- rewards and endings -------------------------------------------------------
+
+    async def submit_reward(self, episode_id: str, value: float, call_id: str = "") -> float | None:
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise invalid("value", f"reward must be a finite number; got {value!r}")
+        open_ = await self._require_open(episode_id)
+        async with open_.lock:
+            await self._require_open(episode_id)
+            if call_id:
+                call = next((c for c in open_.calls if c.call_id == call_id), None)
+                if call is None:
+                    raise not_found(Reason.CALL_NOT_FOUND, "call", call_id)
+                await self._store.set_call_reward(call_id, float(value))
+                call.reward = float(value)
+            else:
+                await self._store.set_episode_reward(episode_id, float(value))
+                open_.record.reward = float(value)
+            return open_.record.reward
+
+    async def end(self, episode_id: str, reward: float | None, request_id: str) -> EpisodeRecord:
+        if reward is not None and not math.isfinite(reward):
+            raise invalid("reward", f"reward must be a finite number; got {reward!r}")
+        replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ENDED)
+        if replay is not None:
+            return replay
+        open_ = await self._require_open(episode_id)
+        async with open_.lock:
+            await self._require_open(episode_id)
+            final = open_.record.reward if reward is None else float(reward)
+            if final is None:
+                raise precondition(
+                    Reason.REWARD_MISSING,
+                    f"episode {episode_id} has no reward: submit one or pass it to EndEpisode",
+                )
+            await self._store.finish_episode(
+                episode_id, EpisodeState.ENDED, reward=final, request_id=request_id
+            )
+            del self._open[episode_id]
+        record = await self.get(episode_id)
+        if self._on_ended is not None:
+            await self._on_ended(record)
+        return record
+
+    async def abort(self, episode_id: str, reason: str, request_id: str = "") -> EpisodeRecord:
+        replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ABORTED)
+        if replay is not None:
+            return replay
+        open_ = self._open.get(episode_id)
+        if open_ is None:
+            record = await self.get(episode_id)
+            if record.state is EpisodeState.ABORTED:
+                return record  # aborting twice is harmless
+            raise precondition(Reason.EPISODE_NOT_OPEN, f"episode {episode_id} already ended")
+        async with open_.lock:
+            if episode_id not in self._open:
+                return await self.abort(episode_id, reason, request_id)
+            await self._store.finish_episode(
+                episode_id, EpisodeState.ABORTED, reward=open_.record.reward,
+                request_id=request_id, abort_reason=reason or "aborted by client",
+            )
+            del self._open[episode_id]
+        return await self.get(episode_id)
+
+    async def _replayed_finish(
+        self, episode_id: str, request_id: str, state: EpisodeState
+    ) -> EpisodeRecord | None:
+        """The stored answer when `request_id` is the call that already finished the episode."""
+        if not request_id or episode_id in self._open:
+            return None
+        record = await self._store.get_episode(episode_id)
+        if record is not None and record.state is state and record.end_request_id == request_id:
+            return record
+        return None
+
+    async def abort_session(self, session_id: str, reason: str) -> int:
+        ids = self.open_in_session(session_id)
+        for episode_id in ids:
+            try:
+                await self.abort(episode_id, reason)
+            except SwarmError:  # ended meanwhile
+                pass
+        return len(ids)

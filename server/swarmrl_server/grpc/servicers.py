@@ -1,0 +1,196 @@
+"""Thin gRPC servicers over the swarm's domain objects (one class per service)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from google.protobuf import duration_pb2
+
+from swarmrl._proto.v1 import admin_service_pb2 as admin_pb
+from swarmrl._proto.v1 import admin_service_pb2_grpc as admin_grpc
+from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
+from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc
+from swarmrl._proto.v1 import session_service_pb2 as s_pb
+from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc
+from swarmrl._proto.v1 import types_pb2 as t_pb
+from swarmrl_server.engine.base import GenerationChunk
+from swarmrl_server.episodes.registry import GenerationResult
+from swarmrl_server.errors import invalid
+from swarmrl_server.grpc import convert
+from swarmrl_server.grpc.errors import translate_errors
+from swarmrl_server.swarm import Swarm
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
+
+
+class SessionServicer(s_grpc.SessionServiceServicer):
+    def __init__(self, swarm: Swarm) -> None:
+        self.swarm = swarm
+
+    @translate_errors
+    async def OpenSession(self, request: s_pb.OpenSessionRequest, context: Context) -> s_pb.OpenSessionResponse:
+        lease = request.lease.ToNanoseconds() / 1e9 if request.HasField("lease") else None
+        s = await self.swarm.sessions.open(request.session_id, request.client_name, lease)
+        return s_pb.OpenSessionResponse(
+            session_id=s.session_id, lease=_duration(s.lease_s),
+            server_instance=self.swarm.instance,
+        )
+
+    @translate_errors
+    async def Heartbeat(self, request: s_pb.HeartbeatRequest, context: Context) -> s_pb.HeartbeatResponse:
+        s = await self.swarm.sessions.heartbeat(request.session_id)
+        return s_pb.HeartbeatResponse(
+            lease=_duration(s.lease_s),
+            open_episodes=len(self.swarm.episodes.open_in_session(s.session_id)),
+        )
+
+    @translate_errors
+    async def CloseSession(self, request: s_pb.CloseSessionRequest, context: Context) -> s_pb.CloseSessionResponse:
+        aborted = await self.swarm.sessions.close(request.session_id)
+        return s_pb.CloseSessionResponse(aborted_episodes=aborted)
+
+    @translate_errors
+    async def WatchEvents(
+        self, request: s_pb.WatchEventsRequest, context: Context
+    ) -> AsyncIterator[s_pb.WatchEventsResponse]:
+        async for sequence, kind, payload in self.swarm.events.watch(request.after_sequence):
+            event = s_pb.WatchEventsResponse(sequence=sequence)
+            if kind == "policy_version_changed":
+                event.policy_version_changed.CopyFrom(s_pb.PolicyVersionChanged(**payload))
+            elif kind == "pausing":
+                event.pausing.CopyFrom(s_pb.Pausing(**payload))
+            elif kind == "resumed":
+                event.resumed.CopyFrom(s_pb.Resumed(**payload))
+            elif kind == "draining":
+                event.draining.CopyFrom(s_pb.Draining(grace=_duration(payload["grace_s"])))
+            yield event
+
+
+class EpisodeServicer(ep_grpc.EpisodeServiceServicer):
+    def __init__(self, swarm: Swarm) -> None:
+        self.swarm = swarm
+
+    @translate_errors
+    async def StartEpisode(self, request: ep_pb.StartEpisodeRequest, context: Context) -> ep_pb.StartEpisodeResponse:
+        if not request.session_id:
+            raise invalid("session_id", "must not be empty; open a session first")
+        record, key = await self.swarm.episodes.start(
+            session_id=request.session_id, task_id=request.task_id, group_id=request.group_id,
+            agent_version=request.agent_version, models=list(request.models),
+            request_id=request.request_id, labels=dict(request.labels),
+        )
+        return ep_pb.StartEpisodeResponse(
+            episode_id=record.episode_id,
+            openai_base_url=self.swarm.openai_base_url,
+            openai_api_key=key,
+            models=[convert.model_to_proto(self.swarm.models[m]) for m in record.models],
+        )
+
+    @translate_errors
+    async def Generate(
+        self, request: ep_pb.GenerateRequest, context: Context
+    ) -> AsyncIterator[ep_pb.GenerateResponse]:
+        kind = request.WhichOneof("input")
+        kwargs: dict[str, Any] = {}
+        if kind == "chat":
+            kwargs["messages"] = convert.messages_from_proto(
+                request.chat.messages, "input.chat.messages"
+            )
+            kwargs["tools"] = convert.tools_from_proto(request.chat.tools)
+        elif kind == "tokens":
+            kwargs["token_ids"] = list(request.tokens.token_ids)
+        stream = self.swarm.episodes.generate(
+            request.episode_id, model=request.model, request_id=request.request_id,
+            sampling=convert.sampling_from_proto(request.sampling),
+            input_field=f"input.{kind}" if kind else "input", **kwargs,
+        )
+        async for item in stream:
+            if isinstance(item, GenerationChunk):
+                yield ep_pb.GenerateResponse(chunk=ep_pb.GenerateChunk(
+                    token_ids=item.token_ids, logprobs=item.logprobs, text=item.text))
+            else:
+                yield ep_pb.GenerateResponse(result=_result_to_proto(item))
+
+    @translate_errors
+    async def SubmitReward(self, request: ep_pb.SubmitRewardRequest, context: Context) -> ep_pb.SubmitRewardResponse:
+        reward = await self.swarm.episodes.submit_reward(
+            request.episode_id, request.value, request.call_id
+        )
+        response = ep_pb.SubmitRewardResponse()
+        if reward is not None:
+            response.episode_reward = reward
+        return response
+
+    @translate_errors
+    async def EndEpisode(self, request: ep_pb.EndEpisodeRequest, context: Context) -> ep_pb.EndEpisodeResponse:
+        reward = request.reward if request.HasField("reward") else None
+        record = await self.swarm.episodes.end(request.episode_id, reward, request.request_id)
+        return ep_pb.EndEpisodeResponse(episode=convert.episode_to_proto(record))
+
+    @translate_errors
+    async def AbortEpisode(self, request: ep_pb.AbortEpisodeRequest, context: Context) -> ep_pb.AbortEpisodeResponse:
+        record = await self.swarm.episodes.abort(
+            request.episode_id, request.reason, request.request_id
+        )
+        return ep_pb.AbortEpisodeResponse(episode=convert.episode_to_proto(record))
+
+    @translate_errors
+    async def GetEpisode(self, request: ep_pb.GetEpisodeRequest, context: Context) -> ep_pb.GetEpisodeResponse:
+        record = await self.swarm.episodes.get(request.episode_id, with_calls=request.include_calls)
+        return ep_pb.GetEpisodeResponse(episode=convert.episode_to_proto(record))
+
+
+def _result_to_proto(r: GenerationResult) -> ep_pb.GenerateResult:
+    c = r.call
+    return ep_pb.GenerateResult(
+        call_id=c.call_id,
+        finish_reason=convert.FINISH_ENUMS.get(r.finish_reason, t_pb.FINISH_REASON_UNSPECIFIED),
+        prompt_ids=c.prompt_ids, completion_ids=c.completion_ids, logprobs=c.logprobs,
+        policy_version=c.policy_version, text=c.text, message=convert.message_to_proto(r.message),
+        usage=t_pb.Usage(prompt_tokens=len(c.prompt_ids), completion_tokens=len(c.completion_ids)),
+        top_logprobs=[
+            ep_pb.TopLogprobs(entries=[ep_pb.TopLogprob(token_id=t, logprob=lp) for t, lp in alts])
+            for alts in c.top_logprobs
+        ],
+        model=c.model,
+    )
+
+
+class AdminServicer(admin_grpc.AdminServiceServicer):
+    def __init__(self, swarm: Swarm) -> None:
+        self.swarm = swarm
+
+    def _models(self) -> list[t_pb.ModelInfo]:
+        return [convert.model_to_proto(h) for h in self.swarm.models.values()]
+
+    @translate_errors
+    async def GetStatus(self, request: admin_pb.GetStatusRequest, context: Context) -> admin_pb.GetStatusResponse:
+        status = await self.swarm.status()
+        return admin_pb.GetStatusResponse(models=self._models(), **status)
+
+    @translate_errors
+    async def ListModels(self, request: admin_pb.ListModelsRequest, context: Context) -> admin_pb.ListModelsResponse:
+        return admin_pb.ListModelsResponse(models=self._models())
+
+    @translate_errors
+    async def PauseGeneration(self, request: admin_pb.PauseGenerationRequest, context: Context) -> admin_pb.PauseGenerationResponse:
+        await self.swarm.pause(request.reason)
+        return admin_pb.PauseGenerationResponse()
+
+    @translate_errors
+    async def ResumeGeneration(self, request: admin_pb.ResumeGenerationRequest, context: Context) -> admin_pb.ResumeGenerationResponse:
+        await self.swarm.resume()
+        return admin_pb.ResumeGenerationResponse()
+
+    @translate_errors
+    async def SaveCheckpoint(self, request: admin_pb.SaveCheckpointRequest, context: Context) -> admin_pb.SaveCheckpointResponse:
+        paths = await self.swarm.save_checkpoints(request.model)
+        return admin_pb.SaveCheckpointResponse(paths=[str(p) for p in paths])

@@ -1,0 +1,74 @@
+"""What the trajectory store keeps: sessions, episodes and the calls made in them."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class EpisodeState(str, enum.Enum):
+    OPEN = "open"
+    ENDED = "ended"
+    ABORTED = "aborted"
+
+
+@dataclass
+class SessionRecord:
+    session_id: str
+    client_name: str
+    lease_s: float
+    expires_at: float
+    """Unix time after which the session's open episodes are aborted."""
+
+
+@dataclass
+class CallRecord:
+    """One model call exactly as the engine ran it. Token ids are the truth: nothing
+    downstream re-tokenizes `text` to rebuild what the model saw."""
+
+    call_id: str
+    episode_id: str
+    seq: int
+    """Order of the call within its episode (0, 1, ...)."""
+    model: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    """Logprob of each completion token under the sampling distribution."""
+    policy_version: int
+    finish_reason: str
+    """"stop", "length" or "tool_calls"."""
+    temperature: float
+    """Temperature the tokens were sampled at; the trainer recomputes logprobs with it."""
+    text: str
+    request_id: str = ""
+    parent_call_id: str = ""
+    """The latest earlier call whose prompt + completion this call's prompt extends."""
+    reward: float | None = None
+    created_at: float = 0.0
+    chat_json: str = ""
+    """For chat input: {"messages", "tools", "reply"} as JSON, so the next turn can extend
+    this call's exact ids instead of re-rendering."""
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    """Not persisted: alternatives per token, returned to the caller only."""
+
+
+@dataclass
+class EpisodeRecord:
+    episode_id: str
+    session_id: str
+    task_id: str
+    group_id: str
+    agent_version: str
+    models: list[str]
+    labels: dict[str, str]
+    state: EpisodeState
+    start_time: float
+    start_request_id: str = ""
+    end_request_id: str = ""
+    reward: float | None = None
+    end_time: float | None = None
+    abort_reason: str = ""
+    num_calls: int = 0
+    calls: list[CallRecord] = field(default_factory=list)
+    """Filled only when asked for (they can be large)."""

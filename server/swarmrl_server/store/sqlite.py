@@ -1,0 +1,403 @@
+"""The trajectory store: SQLite in WAL mode, one writer thread.
+
+Every episode, call, reward and server event is committed before the RPC that
+made it returns, so a server killed at any moment restarts from its data
+directory with every ended episode (invariant 3). `path=":memory:"` gives the
+same store without durability, for tests.
+
+All SQLite work runs on one dedicated thread: sqlite3 connections are not
+safe to share between threads, and commits (an fsync with synchronous=FULL)
+must not block the asyncio loop that serves gRPC.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import concurrent.futures
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState, SessionRecord
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    client_name TEXT NOT NULL,
+    lease_s REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS episodes (
+    episode_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    group_id TEXT NOT NULL,
+    agent_version TEXT NOT NULL,
+    models TEXT NOT NULL,
+    labels TEXT NOT NULL,
+    state TEXT NOT NULL,
+    start_time REAL NOT NULL,
+    start_request_id TEXT NOT NULL,
+    end_request_id TEXT NOT NULL DEFAULT '',
+    reward REAL,
+    end_time REAL,
+    abort_reason TEXT NOT NULL DEFAULT ''
+);
+CREATE UNIQUE INDEX IF NOT EXISTS episodes_start_request
+    ON episodes(start_request_id) WHERE start_request_id != '';
+CREATE INDEX IF NOT EXISTS episodes_state ON episodes(state);
+CREATE TABLE IF NOT EXISTS calls (
+    call_id TEXT PRIMARY KEY,
+    episode_id TEXT NOT NULL REFERENCES episodes(episode_id),
+    seq INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    prompt_ids BLOB NOT NULL,
+    completion_ids BLOB NOT NULL,
+    logprobs BLOB NOT NULL,
+    policy_version INTEGER NOT NULL,
+    finish_reason TEXT NOT NULL,
+    temperature REAL NOT NULL,
+    text TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    parent_call_id TEXT NOT NULL,
+    reward REAL,
+    created_at REAL NOT NULL,
+    chat_json TEXT NOT NULL,
+    UNIQUE (episode_id, seq)
+);
+CREATE INDEX IF NOT EXISTS calls_request ON calls(episode_id, request_id);
+CREATE TABLE IF NOT EXISTS consumed (
+    episode_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    PRIMARY KEY (episode_id, model)
+);
+CREATE TABLE IF NOT EXISTS events (
+    sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+"""
+
+
+def _ids_to_blob(ids: Iterable[int]) -> bytes:
+    return array.array("I", ids).tobytes()
+
+
+def _blob_to_ids(blob: bytes) -> list[int]:
+    out = array.array("I")
+    out.frombytes(blob)
+    return out.tolist()
+
+
+def _floats_to_blob(values: Iterable[float]) -> bytes:
+    return array.array("f", values).tobytes()
+
+
+def _blob_to_floats(blob: bytes) -> list[float]:
+    out = array.array("f")
+    out.frombytes(blob)
+    return out.tolist()
+
+
+class SqliteStore:
+    """Durable store of sessions, episodes, calls and events."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = str(path)
+        # One thread owns the connection; every method hops onto it.
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="swarmrl-store"
+        )
+        self._conn: sqlite3.Connection | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._run(self._open)
+
+    def _open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(SCHEMA)
+        self._conn = conn
+
+    async def close(self) -> None:
+        def _close() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await self._run(_close)
+        self._executor.shutdown(wait=True)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        assert self._conn is not None, "store is not open"
+        return self._conn
+
+    def _tx(self, statements: Callable[[sqlite3.Connection], T]) -> T:
+        """Runs `statements` in one transaction: all of it lands or none of it does."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = statements(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    # -- sessions ----------------------------------------------------------------
+
+    async def put_session(self, s: SessionRecord) -> None:
+        await self._run(
+            self._tx,
+            lambda c: c.execute(
+                "INSERT INTO sessions VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+                "client_name=excluded.client_name, lease_s=excluded.lease_s, "
+                "expires_at=excluded.expires_at",
+                (s.session_id, s.client_name, s.lease_s, s.expires_at),
+            ),
+        )
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._run(
+            self._tx, lambda c: c.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
+        )
+
+    async def load_sessions(self) -> list[SessionRecord]:
+        def _load() -> list[SessionRecord]:
+            rows = self.conn.execute("SELECT * FROM sessions").fetchall()
+            return [SessionRecord(*row) for row in rows]
+
+        return await self._run(_load)
+
+    # -- episodes ----------------------------------------------------------------
+
+    async def create_episode(self, e: EpisodeRecord) -> None:
+        await self._run(
+            self._tx,
+            lambda c: c.execute(
+                "INSERT INTO episodes (episode_id, session_id, task_id, group_id, agent_version, "
+                "models, labels, state, start_time, start_request_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    e.episode_id, e.session_id, e.task_id, e.group_id, e.agent_version,
+                    json.dumps(e.models), json.dumps(e.labels), e.state.value, e.start_time,
+                    e.start_request_id,
+                ),
+            ),
+        )
+
+    async def add_call(self, call: CallRecord) -> None:
+        await self._run(
+            self._tx,
+            lambda c: c.execute(
+                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    call.call_id, call.episode_id, call.seq, call.model,
+                    _ids_to_blob(call.prompt_ids), _ids_to_blob(call.completion_ids),
+                    _floats_to_blob(call.logprobs), call.policy_version, call.finish_reason,
+                    call.temperature, call.text, call.request_id, call.parent_call_id,
+                    call.reward, call.created_at, call.chat_json,
+                ),
+            ),
+        )
+
+    async def set_episode_reward(self, episode_id: str, value: float) -> None:
+        await self._run(
+            self._tx,
+            lambda c: c.execute(
+                "UPDATE episodes SET reward=? WHERE episode_id=?", (value, episode_id)
+            ),
+        )
+
+    async def set_call_reward(self, call_id: str, value: float) -> None:
+        await self._run(
+            self._tx,
+            lambda c: c.execute("UPDATE calls SET reward=? WHERE call_id=?", (value, call_id)),
+        )
+
+    async def finish_episode(
+        self,
+        episode_id: str,
+        state: EpisodeState,
+        *,
+        reward: float | None,
+        request_id: str,
+        abort_reason: str = "",
+        end_time: float | None = None,
+    ) -> None:
+        """Moves an open episode to ENDED or ABORTED in one transaction."""
+        end_time = time.time() if end_time is None else end_time
+
+        def _finish(c: sqlite3.Connection) -> None:
+            cur = c.execute(
+                "UPDATE episodes SET state=?, reward=?, end_request_id=?, abort_reason=?, "
+                "end_time=? WHERE episode_id=? AND state=?",
+                (state.value, reward, request_id, abort_reason, end_time, episode_id,
+                 EpisodeState.OPEN.value),
+            )
+            if cur.rowcount != 1:
+                raise RuntimeError(f"episode {episode_id} is not open")
+
+        await self._run(self._tx, _finish)
+
+    async def get_episode(self, episode_id: str, *, with_calls: bool = False) -> EpisodeRecord | None:
+        def _get() -> EpisodeRecord | None:
+            row = self.conn.execute(
+                "SELECT * FROM episodes WHERE episode_id=?", (episode_id,)
+            ).fetchone()
+            return None if row is None else self._episode_from_row(row, with_calls)
+
+        return await self._run(_get)
+
+    async def find_episode_by_start_request(self, request_id: str) -> EpisodeRecord | None:
+        def _find() -> EpisodeRecord | None:
+            row = self.conn.execute(
+                "SELECT * FROM episodes WHERE start_request_id=?", (request_id,)
+            ).fetchone()
+            return None if row is None else self._episode_from_row(row, False)
+
+        return await self._run(_find)
+
+    async def list_episodes(
+        self, state: EpisodeState, *, with_calls: bool = False
+    ) -> list[EpisodeRecord]:
+        def _list() -> list[EpisodeRecord]:
+            rows = self.conn.execute(
+                "SELECT * FROM episodes WHERE state=? ORDER BY end_time, start_time", (state.value,)
+            ).fetchall()
+            return [self._episode_from_row(row, with_calls) for row in rows]
+
+        return await self._run(_list)
+
+    async def unconsumed_ended_episodes(self, model: str) -> list[EpisodeRecord]:
+        """Ended episodes with calls to `model` that no training step has consumed, oldest first."""
+
+        def _list() -> list[EpisodeRecord]:
+            rows = self.conn.execute(
+                "SELECT e.* FROM episodes e WHERE e.state=? "
+                "AND EXISTS (SELECT 1 FROM calls c WHERE c.episode_id=e.episode_id AND c.model=?) "
+                "AND NOT EXISTS (SELECT 1 FROM consumed k WHERE k.episode_id=e.episode_id "
+                "AND k.model=?) ORDER BY e.end_time",
+                (EpisodeState.ENDED.value, model, model),
+            ).fetchall()
+            return [self._episode_from_row(row, True) for row in rows]
+
+        return await self._run(_list)
+
+    async def mark_consumed(self, model: str, episode_ids: Iterable[str], step: int) -> None:
+        ids = list(episode_ids)
+        await self._run(
+            self._tx,
+            lambda c: c.executemany(
+                "INSERT OR REPLACE INTO consumed VALUES (?, ?, ?)",
+                [(e, model, step) for e in ids],
+            ),
+        )
+
+    async def consumed_episodes(self, model: str) -> dict[str, int]:
+        def _get() -> dict[str, int]:
+            rows = self.conn.execute(
+                "SELECT episode_id, step FROM consumed WHERE model=?", (model,)
+            ).fetchall()
+            return {r[0]: r[1] for r in rows}
+
+        return await self._run(_get)
+
+    async def forget_consumed_after(self, model: str, step: int) -> None:
+        """Un-consumes episodes of steps after `step` (resuming from an older checkpoint)."""
+        await self._run(
+            self._tx,
+            lambda c: c.execute(
+                "DELETE FROM consumed WHERE model=? AND step>?", (model, step)
+            ),
+        )
+
+    async def counts(self) -> dict[str, int]:
+        def _counts() -> dict[str, int]:
+            rows = self.conn.execute(
+                "SELECT state, COUNT(*) FROM episodes GROUP BY state"
+            ).fetchall()
+            return {state: n for state, n in rows}
+
+        return await self._run(_counts)
+
+    def _episode_from_row(self, row: tuple[Any, ...], with_calls: bool) -> EpisodeRecord:
+        (episode_id, session_id, task_id, group_id, agent_version, models, labels, state,
+         start_time, start_request_id, end_request_id, reward, end_time,
+         abort_reason) = row
+        calls = self._calls(episode_id) if with_calls else []
+        num_calls = len(calls) if with_calls else self.conn.execute(
+            "SELECT COUNT(*) FROM calls WHERE episode_id=?", (episode_id,)
+        ).fetchone()[0]
+        return EpisodeRecord(
+            episode_id=episode_id, session_id=session_id, task_id=task_id, group_id=group_id,
+            agent_version=agent_version, models=json.loads(models), labels=json.loads(labels),
+            state=EpisodeState(state), start_time=start_time,
+            start_request_id=start_request_id, end_request_id=end_request_id, reward=reward,
+            end_time=end_time, abort_reason=abort_reason, num_calls=num_calls, calls=calls,
+        )
+
+    def _calls(self, episode_id: str) -> list[CallRecord]:
+        rows = self.conn.execute(
+            "SELECT * FROM calls WHERE episode_id=? ORDER BY seq", (episode_id,)
+        ).fetchall()
+        return [
+            CallRecord(
+                call_id=r[0], episode_id=r[1], seq=r[2], model=r[3],
+                prompt_ids=_blob_to_ids(r[4]), completion_ids=_blob_to_ids(r[5]),
+                logprobs=_blob_to_floats(r[6]), policy_version=r[7], finish_reason=r[8],
+                temperature=r[9], text=r[10], request_id=r[11], parent_call_id=r[12],
+                reward=r[13], created_at=r[14], chat_json=r[15],
+            )
+            for r in rows
+        ]
+
+    # -- events ------------------------------------------------------------------
+
+    async def append_event(self, kind: str, payload: dict[str, Any]) -> int:
+        def _append(c: sqlite3.Connection) -> int:
+            cur = c.execute(
+                "INSERT INTO events (kind, payload, created_at) VALUES (?, ?, ?)",
+                (kind, json.dumps(payload), time.time()),
+            )
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+        return await self._run(self._tx, _append)
+
+    async def events_after(self, sequence: int, limit: int = 1000) -> list[tuple[int, str, dict[str, Any]]]:
+        def _list() -> list[tuple[int, str, dict[str, Any]]]:
+            rows = self.conn.execute(
+                "SELECT sequence, kind, payload FROM events WHERE sequence>? "
+                "ORDER BY sequence LIMIT ?",
+                (sequence, limit),
+            ).fetchall()
+            return [(seq, kind, json.loads(payload)) for seq, kind, payload in rows]
+
+        return await self._run(_list)
+
+    async def last_event_sequence(self) -> int:
+        def _last() -> int:
+            row = self.conn.execute("SELECT MAX(sequence) FROM events").fetchone()
+            return int(row[0] or 0)
+
+        return await self._run(_last)

@@ -1,0 +1,148 @@
+"""The swarm: the domain objects one server process holds, wired together.
+
+Servicers (gRPC) and routers (HTTP) are thin layers over this object; tests and
+benchmarks can drive it directly, in-process, without either.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from swarmrl_server.episodes.registry import EpisodeKeys, EpisodeRegistry, GenerationPolicy
+from swarmrl_server.episodes.sessions import SessionTable
+from swarmrl_server.errors import Reason, not_found, precondition
+from swarmrl_server.events import EventLog
+from swarmrl_server.hosting import ModelHost
+from swarmrl_server.store.records import EpisodeRecord, EpisodeState
+from swarmrl_server.store.sqlite import SqliteStore
+
+log = structlog.get_logger("swarmrl.swarm")
+
+
+def load_secret(data_dir: Path | None) -> bytes:
+    """The server's key-signing secret: kept in the data dir so issued keys survive restarts."""
+    if data_dir is None:
+        return secrets.token_bytes(32)
+    path = data_dir / "secret"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(secrets.token_bytes(32))
+        tmp.chmod(0o600)
+        tmp.rename(path)
+    return path.read_bytes()
+
+
+class Swarm:
+    """Models, store, sessions, episodes and events of one server."""
+
+    def __init__(
+        self,
+        models: dict[str, ModelHost],
+        *,
+        data_dir: Path | None = None,
+        policy: GenerationPolicy | None = None,
+    ) -> None:
+        if not models:
+            raise ValueError("a swarm needs at least one model")
+        self.models = models
+        self.data_dir = data_dir
+        self.instance = uuid.uuid4().hex
+        self.store = SqliteStore(":memory:" if data_dir is None else data_dir / "swarm.sqlite3")
+        self.events = EventLog(self.store)
+        self.sessions = SessionTable(self.store, self._abort_session)
+        self.episodes = EpisodeRegistry(
+            self.store, models, EpisodeKeys(load_secret(data_dir)), policy=policy,
+            is_paused=lambda: self.paused_reason,
+            require_session=self.sessions.require, on_ended=self._episode_ended,
+        )
+        self.paused_reason: str | None = None
+        self.openai_base_url = ""
+        """Set by the HTTP shim once it listens, e.g. http://127.0.0.1:8000/v1."""
+
+    async def start(self) -> None:
+        await self.store.open()
+        await self.sessions.load()
+        await self.episodes.load()
+        for host in self.models.values():
+            await host.engine.start()
+        self.sessions.start_reaper()
+        log.info("swarm_started", models=list(self.models), data_dir=str(self.data_dir))
+
+    async def stop(self) -> None:
+        await self.sessions.stop_reaper()
+        await self.events.close()
+        for host in self.models.values():
+            if host.trainer is not None:
+                await host.trainer.stop()
+            await host.engine.stop()
+        await self.store.close()
+
+    async def _abort_session(self, session_id: str, reason: str) -> int:
+        return await self.episodes.abort_session(session_id, reason)
+
+    async def _episode_ended(self, record: EpisodeRecord) -> None:
+        for name in record.models:
+            trainer = self.models[name].trainer
+            if trainer is not None:
+                trainer.notify_episode_ended(record)
+
+    # -- admin ---------------------------------------------------------------------
+
+    async def pause(self, reason: str) -> None:
+        if self.paused_reason is None:
+            self.paused_reason = reason or "paused by admin"
+            await self.events.append("pausing", reason=self.paused_reason)
+
+    async def resume(self) -> None:
+        if self.paused_reason is not None:
+            reason, self.paused_reason = self.paused_reason, None
+            await self.events.append("resumed", reason=reason)
+
+    def active_session_ids(self) -> set[str]:
+        """Ids of the client sessions whose lease is live (the trainer's "clients" batch rule)."""
+        return set(self.sessions._sessions)
+
+    def declare_done(self, session_id: str, model: str = "") -> None:
+        """A client declares its share of the current batch done, for `model` (or every
+        trainable model): with batch_rule=clients a batch is ready once every active
+        client has."""
+        self.sessions.require(session_id)
+        if model and model not in self.models:
+            raise not_found(Reason.MODEL_NOT_FOUND, "model", model)
+        hosts = [self.models[model]] if model else list(self.models.values())
+        trainers = [h.trainer for h in hosts if h.trainer is not None]
+        if not trainers:
+            raise precondition(Reason.NOT_TRAINABLE, "no trainable model to declare done for")
+        for trainer in trainers:
+            trainer.declare_done(session_id)
+
+    async def policy_version_changed(self, model: str, version: int) -> None:
+        await self.events.append("policy_version_changed", model=model, policy_version=version)
+
+    async def save_checkpoints(self, model: str = "") -> list[Path]:
+        """Checkpoints `model` (or every trainable model) now."""
+        if model and model not in self.models:
+            raise not_found(Reason.MODEL_NOT_FOUND, "model", model)
+        hosts = [self.models[model]] if model else list(self.models.values())
+        trainers = [h.trainer for h in hosts if h.trainer is not None]
+        if not trainers:
+            raise precondition(Reason.NOT_TRAINABLE, "no trainable model to checkpoint")
+        return [await t.save_checkpoint() for t in trainers]
+
+    async def status(self) -> dict[str, Any]:
+        counts = await self.store.counts()
+        return {
+            "server_instance": self.instance,
+            "sessions": len(self.sessions),
+            "open_episodes": self.episodes.open_count,
+            "ended_episodes": counts.get(EpisodeState.ENDED.value, 0),
+            "aborted_episodes": counts.get(EpisodeState.ABORTED.value, 0),
+            "paused": self.paused_reason is not None,
+            "last_event_sequence": await self.store.last_event_sequence(),
+        }

@@ -1,0 +1,95 @@
+"""Test helpers: eventual assertions (no sleeps for synchronisation) and server processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+async def assert_eventually(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Polls `check` (sync or async) until it stops raising AssertionError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(interval)
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """`swarmrl serve` in a child process, killable with SIGKILL and restartable on its port."""
+
+    def __init__(self, *, data_dir: Path, cache_dir: Path, port: int | None = None,
+                 http_port: int = -1, extra: list[str] | None = None) -> None:
+        self.port = port or free_port()
+        self.http_port = http_port
+        self.data_dir = data_dir
+        self.cache_dir = cache_dir
+        self.extra = extra or []
+        self.proc: subprocess.Popen[str] | None = None
+        self.log_path = data_dir.parent / f"server-{self.port}.log"
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 120.0) -> ServerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "swarmrl_server.cli", "--port", str(self.port),
+               "--http-port", str(self.http_port), "--data-dir", str(self.data_dir),
+               "--cache-dir", str(self.cache_dir), *self.extra]
+        # Only output after this launch counts: a restart appends to the same log.
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log = open(self.log_path, "a")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                     cwd=REPO, env=env)
+        marker = f"serving gRPC on 127.0.0.1:{self.port}"
+        wait_until(lambda: marker in self.log_path.read_text()[offset:]
+                   or self.proc.poll() is not None, timeout, "the server to start")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"server exited early:\n{self.log_path.read_text()[-4000:]}")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no graceful anything, as in a crash."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
