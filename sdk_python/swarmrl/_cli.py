@@ -1,0 +1,148 @@
+"""The ``swarmrl`` command: ``serve`` (the server, an optional extra) and ``status``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from swarmrl._config import DEFAULT_TARGET, ClientConfig
+from swarmrl._errors import SwarmError
+from swarmrl._retry import RetryPolicy
+from swarmrl._sync import SwarmClient
+from swarmrl._types import ServerStatus
+from swarmrl._version import __version__
+
+_DESCRIPTION = "Train LLM agents with reinforcement learning while the agents run anywhere."
+_EPILOG = """\
+examples:
+  swarmrl serve --model tiny                 # a server with a tiny model on 127.0.0.1:50051
+  swarmrl status --target gpu-box:50051      # what a server hosts and how busy it is
+  swarmrl serve --help                       # every server option
+
+`swarmrl status` reads SWARMRL_TARGET and SWARMRL_API_KEY when its options are not given.
+"""
+_SERVER_MISSING = "the server needs: pip install 'swarmrl[server]'"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swarmrl",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"swarmrl {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    # `serve` is dispatched before parsing (its options belong to the server's own parser);
+    # it is registered here so that it shows in --help.
+    commands.add_parser(
+        "serve", help="run a swarm server: host models, record episodes, train on them"
+    )
+    status = commands.add_parser(
+        "status",
+        help="show a server's status and models",
+        description="Show a swarm server's status and the models it hosts.",
+    )
+    status.add_argument(
+        "--target",
+        default=os.environ.get("SWARMRL_TARGET", DEFAULT_TARGET),
+        help="server address, HOST:PORT (default: $SWARMRL_TARGET or %(default)s)",
+    )
+    status.add_argument(
+        "--api-key",
+        default=os.environ.get("SWARMRL_API_KEY"),
+        help="API key (default: $SWARMRL_API_KEY)",
+    )
+    status.add_argument("--tls", action="store_true", help="connect with TLS")
+    status.add_argument(
+        "--wait",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for an unreachable server (default: %(default)s)",
+    )
+    # `run` is dispatched before parsing too (everything after `--` is the agent's command).
+    commands.add_parser("run", help="run an agent command in episodes and report its reward")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``swarmrl`` console script; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "serve":
+        return _serve(args[1:])
+    if args and args[0] == "run":
+        from swarmrl._run import main as run_main
+
+        return run_main(args[1:])
+    parsed = _parser().parse_args(args)
+    if parsed.command == "status":
+        return _status(parsed.target, parsed.api_key, parsed.tls, parsed.wait)
+    _parser().print_help()
+    return 2
+
+
+def _serve(argv: list[str]) -> int:
+    try:
+        # Imported by name so the SDK neither needs nor type-checks the server package.
+        server_cli = importlib.import_module("swarmrl_server.cli")
+    except ImportError as err:
+        print(f"swarmrl: {_SERVER_MISSING} ({err})", file=sys.stderr)
+        return 2
+    result = server_cli.main(argv)
+    return result if isinstance(result, int) else 0
+
+
+def _status(target: str, api_key: str | None, tls: bool, wait: float) -> int:
+    config = ClientConfig(
+        target=target,
+        api_key=api_key or None,
+        tls=tls,
+        retry=RetryPolicy(timeout=wait),
+        call_timeout=max(wait, 1.0),
+    )
+    try:
+        with SwarmClient(config=config) as client:
+            status = client.status()
+    except SwarmError as err:
+        print(f"swarmrl: {target}: {err}", file=sys.stderr)
+        return 1
+    print(_format_status(target, status))
+    return 0
+
+
+def _format_status(target: str, status: ServerStatus) -> str:
+    episodes = (
+        f"{status.open_episodes} open, {status.ended_episodes} ended, "
+        f"{status.aborted_episodes} aborted"
+    )
+    lines = [
+        f"server    {target} (instance {status.server_instance})",
+        f"sessions  {status.sessions}",
+        f"episodes  {episodes}",
+        f"paused    {'yes' if status.paused else 'no'}",
+        f"events    last sequence {status.last_event_sequence}",
+        "",
+    ]
+    header = ("MODEL", "VERSION", "CONTEXT", "VOCAB", "TRAINABLE", "SOURCE")
+    rows = [header] + [
+        (
+            m.name,
+            str(m.policy_version),
+            str(m.max_model_len),
+            str(m.vocab_size),
+            "yes" if m.trainable else "no",
+            m.source,
+        )
+        for m in status.models
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

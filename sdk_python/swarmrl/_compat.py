@@ -1,0 +1,13 @@
+"""Names that moved between the Python versions the SDK supports (3.10 to 3.12)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+if sys.version_info >= (3, 11):
+    from typing import Self
+elif TYPE_CHECKING:  # on 3.10 annotations that use Self stay unevaluated strings
+    from typing_extensions import Self
+
+__all__ = ["Self"]

@@ -1,0 +1,314 @@
+"""An episode: the calls an agent makes for one task, its reward, and its end."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import structlog
+
+from swarmrl import _convert
+from swarmrl._errors import FailedPreconditionError, SwarmError
+from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
+from swarmrl._streams import AsyncCompletionStream, GenerateCall
+from swarmrl._transport import Transport
+from swarmrl._types import ChatMessage, Completion, EpisodeInfo, EpisodeState, ModelInfo, Tool
+
+__all__ = ["AsyncEpisode"]
+
+_log = structlog.get_logger("swarmrl")
+
+
+def new_request_id() -> str:
+    """A fresh idempotency key: made once per logical call, reused by its retries."""
+    return uuid.uuid4().hex
+
+
+class AsyncEpisode:
+    """An open episode on the server. Made by `AsyncSwarmClient.episode` or `start_episode`.
+
+    Every model call made through it (`chat`, `stream`, `generate_tokens`) is
+    recorded on the server with its exact token ids, logprobs and policy version.
+    Give it a reward with `reward` or `end(reward=...)`; only ended episodes are
+    trained. Other programs can make the episode's calls through the
+    OpenAI-compatible API at `openai_base_url` with `openai_api_key`.
+
+    Not thread-safe; use it from the client's event loop. Concurrent calls from
+    several tasks are fine.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        episode_id: str,
+        openai_base_url: str,
+        openai_api_key: str,
+        models: list[ModelInfo],
+    ) -> None:
+        self._transport = transport
+        self._id = episode_id
+        self._openai_base_url = openai_base_url
+        self._openai_api_key = openai_api_key
+        self._models = models
+        self._state: EpisodeState = "open"
+
+    def __repr__(self) -> str:
+        return f"AsyncEpisode(id={self._id!r}, state={self._state!r})"
+
+    @property
+    def id(self) -> str:
+        """The episode id."""
+        return self._id
+
+    @property
+    def openai_base_url(self) -> str:
+        """Base URL (ending in /v1) of the OpenAI-compatible API for this episode."""
+        return self._openai_base_url
+
+    @property
+    def openai_api_key(self) -> str:
+        """API key that addresses this episode on the OpenAI-compatible API."""
+        return self._openai_api_key
+
+    @property
+    def models(self) -> list[ModelInfo]:
+        """The models the episode may call, as they were when it started."""
+        return list(self._models)
+
+    @property
+    def state(self) -> EpisodeState:
+        """The state as far as this client knows: "open" until it ends or aborts it."""
+        return self._state
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        model: str | None = None,
+        tools: Sequence[Tool] | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        seed: int | None = None,
+        top_logprobs: int = 0,
+    ) -> AsyncCompletionStream:
+        """Generates a reply to chat messages, streaming its tokens.
+
+        The server renders the messages with the model's chat template. Arguments are
+        as for `chat`. The call starts when the stream is first iterated.
+
+        Raises:
+            InvalidArgumentError: A message or tool is malformed (checked here, at once).
+        """
+        request = episode_pb2.GenerateRequest(
+            episode_id=self._id,
+            model=model or "",
+            chat=_convert.chat_input(messages, tools),
+            sampling=_convert.sampling(
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=max_tokens,
+                stop=stop,
+                stop_token_ids=stop_token_ids,
+                seed=seed,
+                top_logprobs=top_logprobs,
+            ),
+            request_id=new_request_id(),
+        )
+        return AsyncCompletionStream(GenerateCall(self._transport, request))
+
+    def stream_tokens(
+        self,
+        token_ids: Sequence[int],
+        *,
+        model: str | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        seed: int | None = None,
+        top_logprobs: int = 0,
+    ) -> AsyncCompletionStream:
+        """Generates a continuation of a token-id prompt, used as it is, streaming its tokens.
+
+        Arguments are as for `generate_tokens`.
+        """
+        request = episode_pb2.GenerateRequest(
+            episode_id=self._id,
+            model=model or "",
+            tokens=episode_pb2.TokenInput(token_ids=list(token_ids)),
+            sampling=_convert.sampling(
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=max_tokens,
+                stop=stop,
+                stop_token_ids=stop_token_ids,
+                seed=seed,
+                top_logprobs=top_logprobs,
+            ),
+            request_id=new_request_id(),
+        )
+        return AsyncCompletionStream(GenerateCall(self._transport, request))
+
+    async def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        model: str | None = None,
+        tools: Sequence[Tool] | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        seed: int | None = None,
+        top_logprobs: int = 0,
+    ) -> Completion:
+        """Generates a reply to chat messages.
+
+        Args:
+            messages: OpenAI-style messages (role, content, and tool_calls,
+                tool_call_id, name where they apply).
+            model: Model to call; None calls the episode's first model.
+            tools: OpenAI-style function tools the model may call.
+            temperature: Softmax temperature; 0 is greedy. None: the server's default.
+            top_p: Nucleus sampling mass in (0, 1]. None: the server's default.
+            max_tokens: Most tokens to generate; must be positive. None: the server's limit.
+            stop: Stop string(s); generation ends when the text ends with one.
+            stop_token_ids: Extra token ids that end generation.
+            seed: Sampling seed; the same seed, prompt and weights give the same tokens.
+            top_logprobs: Alternatives to return per generated token (0 to 20).
+
+        Returns:
+            The recorded call: text, assistant message, exact token ids, logprobs and
+            policy version.
+
+        Raises:
+            InvalidArgumentError: Bad input; ``.field`` names the field.
+            NotFoundError: Unknown episode or model.
+            FailedPreconditionError: The episode is no longer open.
+        """
+        async with self.stream(
+            messages,
+            model=model,
+            tools=tools,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            stop=stop,
+            stop_token_ids=stop_token_ids,
+            seed=seed,
+            top_logprobs=top_logprobs,
+        ) as stream:
+            return await stream.get_final_completion()
+
+    async def generate_tokens(
+        self,
+        token_ids: Sequence[int],
+        *,
+        model: str | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        seed: int | None = None,
+        top_logprobs: int = 0,
+    ) -> Completion:
+        """Generates a continuation of a prompt given as token ids (token in, token out).
+
+        The ids are used exactly as given; no chat template is applied. Other
+        arguments are as for `chat`.
+        """
+        async with self.stream_tokens(
+            token_ids,
+            model=model,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            stop=stop,
+            stop_token_ids=stop_token_ids,
+            seed=seed,
+            top_logprobs=top_logprobs,
+        ) as stream:
+            return await stream.get_final_completion()
+
+    async def reward(self, value: float, call_id: str | None = None) -> float | None:
+        """Records a reward for the episode, or for one of its calls.
+
+        A later episode-level reward replaces an earlier one.
+
+        Args:
+            value: The reward; must be finite.
+            call_id: The `Completion.call_id` to reward, or None for the episode.
+
+        Returns:
+            The episode's reward after this call, if it has one.
+        """
+        request = episode_pb2.SubmitRewardRequest(
+            episode_id=self._id, value=value, call_id=call_id or "", request_id=new_request_id()
+        )
+        response = await self._transport.unary(
+            "SubmitReward", lambda s: s.episodes.SubmitReward, request, retryable=True
+        )
+        return response.episode_reward if response.HasField("episode_reward") else None
+
+    async def end(self, reward: float | None = None) -> EpisodeInfo:
+        """Ends the episode; once this returns it is durable and eligible for training.
+
+        Args:
+            reward: The final reward; may be omitted if `reward` already set one.
+
+        Raises:
+            FailedPreconditionError: The episode has no reward (reason
+                ``REWARD_MISSING``) or is no longer open (``EPISODE_NOT_OPEN``).
+        """
+        request = episode_pb2.EndEpisodeRequest(episode_id=self._id, request_id=new_request_id())
+        if reward is not None:
+            request.reward = reward
+        response = await self._transport.unary(
+            "EndEpisode", lambda s: s.episodes.EndEpisode, request, retryable=True
+        )
+        self._state = "ended"
+        return _convert.episode_from_proto(response.episode)
+
+    async def abort(self, reason: str = "") -> EpisodeInfo:
+        """Aborts the episode: its calls are kept for inspection but never trained."""
+        request = episode_pb2.AbortEpisodeRequest(
+            episode_id=self._id, reason=reason, request_id=new_request_id()
+        )
+        response = await self._transport.unary(
+            "AbortEpisode", lambda s: s.episodes.AbortEpisode, request, retryable=True
+        )
+        self._state = "aborted"
+        return _convert.episode_from_proto(response.episode)
+
+    async def _finish(self, exc: BaseException | None) -> None:
+        """What leaving an ``episode(...)`` block does; the one policy for sync and async.
+
+        After an exception the episode is aborted (failures to abort are logged, so the
+        original exception is the one raised). After a normal exit it is ended unless
+        it already was; with no reward the server refuses (REWARD_MISSING), and the
+        episode is then aborted and the refusal raised.
+        """
+        if self._state != "open":
+            return
+        if exc is not None:
+            try:
+                await self.abort(reason=f"{type(exc).__name__}: {exc}"[:1000])
+            except SwarmError as abort_err:
+                _log.warning("abort failed", episode_id=self._id, error=str(abort_err))
+            return
+        try:
+            await self.end()
+        except FailedPreconditionError as err:
+            if err.reason == "REWARD_MISSING":
+                try:
+                    await self.abort(reason="the episode ended without a reward")
+                except SwarmError as abort_err:
+                    _log.warning("abort failed", episode_id=self._id, error=str(abort_err))
+            raise

@@ -1,0 +1,681 @@
+"""An in-process fake swarm server, for testing agents without a model, torch or a GPU.
+
+.. code-block:: python
+
+    from swarmrl.testing import FakeSwarmServer
+
+    async def test_my_agent() -> None:
+        async with FakeSwarmServer(reply="The answer is 4.") as server:
+            async with swarmrl.AsyncSwarmClient(server.target) as client:
+                assert await run_my_agent(client) == 1.0
+
+A sync client blocks its thread, so sync tests serve from a thread of their own::
+
+    with FakeSwarmServer().run_in_thread() as server, swarmrl.SwarmClient(server.target) as c:
+        ...
+
+The server implements the four services on `grpc.aio` with in-memory state and
+the error semantics of the protos: NOT_FOUND for unknown episodes, models,
+sessions and calls; FAILED_PRECONDITION for episodes that are not open (a
+repeated request_id gets the first answer instead) and REWARD_MISSING;
+INVALID_ARGUMENT naming the field; UNAVAILABLE with a retry delay while paused.
+
+Its "model" is a toy: token ids are UTF-8 bytes (plus an end token, 256), a chat
+is rendered as ``<|role|>content\\n`` per message then ``<|assistant|>``, and the
+reply is fixed (or computed from the prompt text by a callable), streamed one
+token per chunk. Given tools, it calls the first one unless the last message is a
+tool result. It honours max_tokens, stop, stop_token_ids and top_logprobs and
+ignores the randomness settings (it is deterministic). Leases never expire, and
+the per-episode OpenAI URL is not served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import collections
+import contextlib
+import functools
+import json
+import math
+import threading
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+from google.protobuf import any_pb2
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2, status_pb2
+
+from swarmrl._compat import Self
+from swarmrl._convert import ROLE_NAMES
+from swarmrl._proto.v1 import admin_service_pb2 as apb
+from swarmrl._proto.v1 import admin_service_pb2_grpc as admin_grpc
+from swarmrl._proto.v1 import episode_service_pb2 as epb
+from swarmrl._proto.v1 import episode_service_pb2_grpc as episode_grpc
+from swarmrl._proto.v1 import session_service_pb2 as spb
+from swarmrl._proto.v1 import session_service_pb2_grpc as session_grpc
+from swarmrl._proto.v1 import types_pb2
+
+__all__ = ["EOS_TOKEN_ID", "FakeSwarmServer"]
+
+EOS_TOKEN_ID = 256
+"""The fake model's end-of-turn token; ids below it are UTF-8 bytes."""
+_VOCAB = EOS_TOKEN_ID + 1
+_OPEN = types_pb2.EPISODE_STATE_OPEN
+_Ctx = grpc.aio.ServicerContext[Any, Any]
+_C = grpc.StatusCode
+_M = TypeVar("_M", bound=Message)
+_Req = TypeVar("_Req", bound=Message)
+_Resp = TypeVar("_Resp", bound=Message)
+
+
+class _Abort(Exception):
+    """A failure to send as a google.rpc.Status with ErrorInfo (+ BadRequest, RetryInfo)."""
+
+    def __init__(self, code: grpc.StatusCode, reason: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.extra = code, reason, extra
+
+    async def send(self, context: _Ctx) -> None:
+        message, field_name = str(self), self.extra.get("field")
+        details: list[Message] = [
+            error_details_pb2.ErrorInfo(
+                reason=self.reason, domain="swarmrl.dev", metadata=self.extra.get("metadata", {})
+            )
+        ]
+        if field_name:
+            message = f"{field_name}: {message}"
+            violation = error_details_pb2.BadRequest.FieldViolation(
+                field=field_name, description=message
+            )
+            details.append(error_details_pb2.BadRequest(field_violations=[violation]))
+        if self.extra.get("retry_delay") is not None:
+            info = error_details_pb2.RetryInfo()
+            info.retry_delay.FromNanoseconds(int(self.extra["retry_delay"] * 1e9))
+            details.append(info)
+        packed = [any_pb2.Any() for _ in details]
+        for any_detail, detail in zip(packed, details):
+            any_detail.Pack(detail)
+        status = status_pb2.Status(code=self.code.value[0], message=message, details=packed)
+        trailer = (("grpc-status-details-bin", status.SerializeToString()),)
+        await context.abort(self.code, message, trailing_metadata=trailer)
+
+
+def _invalid(field_name: str, message: str) -> _Abort:
+    return _Abort(_C.INVALID_ARGUMENT, "INVALID_FIELD", message, field=field_name)
+
+
+def _unary(
+    handler: Callable[[FakeSwarmServer, _Req, _Ctx], Awaitable[_Resp]],
+) -> Callable[[FakeSwarmServer, _Req, _Ctx], Coroutine[Any, Any, _Resp]]:
+    """Wraps a unary handler: bookkeeping, auth and injected faults first; _Abort sent."""
+
+    @functools.wraps(handler)
+    async def wrapped(self: FakeSwarmServer, request: _Req, context: _Ctx) -> _Resp:
+        try:
+            self._enter(handler.__name__, request, context)
+            response = await handler(self, request, context)
+            self._maybe_fail(handler.__name__, sent=1)  # done, but the answer is lost
+            return response
+        except _Abort as err:
+            await err.send(context)
+            raise  # unreachable: abort raises
+
+    return wrapped
+
+
+def _streaming(
+    handler: Callable[[FakeSwarmServer, _Req, _Ctx], AsyncIterator[_Resp]],
+) -> Callable[[FakeSwarmServer, _Req, _Ctx], AsyncIterator[_Resp]]:
+    """Like `_unary` for server streams; faults may also strike after some messages."""
+
+    @functools.wraps(handler)
+    async def wrapped(self: FakeSwarmServer, request: _Req, context: _Ctx) -> AsyncIterator[_Resp]:
+        try:
+            self._enter(handler.__name__, request, context)
+            sent = 0
+            async for message in handler(self, request, context):
+                yield message
+                sent += 1
+                self._maybe_fail(handler.__name__, sent)
+        except _Abort as err:
+            await err.send(context)
+
+    return wrapped
+
+
+@dataclass
+class _Fault:
+    code: grpc.StatusCode
+    times: int
+    after_messages: int
+    reason: str
+    retry_delay: float | None
+
+
+@dataclass
+class _Episode:
+    record: epb.Episode
+    session_id: str
+    calls: list[epb.CallRecord] = field(default_factory=list)
+
+
+class FakeSwarmServer(
+    session_grpc.SessionServiceServicer,
+    episode_grpc.EpisodeServiceServicer,
+    admin_grpc.AdminServiceServicer,
+):
+    """A swarm server on ``127.0.0.1`` with a deterministic toy model; see the module doc.
+
+    Args:
+        port: Port to bind; 0 picks a free one (bind a used port again to fake a restart).
+        reply: The fixed reply, or a function from the rendered prompt text to a reply.
+        models: Names of the hosted models; the first is the default.
+        api_key: When set, every call must carry ``authorization: Bearer <api_key>``.
+
+    Attributes:
+        calls: How many times each method (e.g. ``"Generate"``) was called.
+        request_ids: The request_ids each method received, in order.
+        metadata: The invocation metadata of each method's latest call.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        reply: str | Callable[[str], str] = "Hello from the fake swarm.",
+        models: Sequence[str] = ("fake-model",),
+        api_key: str | None = None,
+    ) -> None:
+        self.port = port
+        self.instance = uuid.uuid4().hex
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.request_ids: dict[str, list[str]] = collections.defaultdict(list)
+        self.metadata: dict[str, dict[str, str]] = {}
+        self._reply, self._api_key = reply, api_key
+        self._versions = {name: 0 for name in models}
+        self._sessions: dict[str, str] = {}
+        self._episodes: dict[str, _Episode] = {}
+        self._answers: dict[tuple[str, str], Message] = {}  # (method, request_id) -> response
+        self._faults: dict[str, list[_Fault]] = collections.defaultdict(list)
+        self._events: list[spb.WatchEventsResponse] = []
+        self._new_event = asyncio.Event()
+        self._pause: tuple[str, float] | None = None
+        self._ended = self._aborted = 0
+        self._server: grpc.aio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    @property
+    def target(self) -> str:
+        """``host:port`` to give a client."""
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        """Binds the port and starts serving."""
+        self._loop = asyncio.get_running_loop()
+        self._server = grpc.aio.server()
+        session_grpc.add_SessionServiceServicer_to_server(self, self._server)
+        episode_grpc.add_EpisodeServiceServicer_to_server(self, self._server)
+        admin_grpc.add_AdminServiceServicer_to_server(self, self._server)
+        self.port = self._server.add_insecure_port(f"127.0.0.1:{self.port}")
+        await self._server.start()
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stops serving; calls still running are cancelled after `grace` seconds."""
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @contextlib.contextmanager
+    def run_in_thread(self) -> Iterator[Self]:
+        """Serves from an event loop on a background thread for the length of a ``with``."""
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="fake-swarm", daemon=True)
+        thread.start()
+        asyncio.run_coroutine_threadsafe(self.start(), loop).result()
+        try:
+            yield self
+        finally:
+            asyncio.run_coroutine_threadsafe(self.stop(), loop).result()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+
+    # -- steering (safe to call from any thread) --------------------------------------
+
+    def pause(self, reason: str = "weight sync", retry_delay: float = 0.1) -> None:
+        """Pauses generation: Generate answers UNAVAILABLE with `retry_delay` as RetryInfo."""
+        self._pause = (reason, retry_delay)
+        self._publish(spb.WatchEventsResponse(pausing=spb.Pausing(reason=reason)))
+
+    def resume(self) -> None:
+        """Resumes generation after `pause`."""
+        reason = self._pause[0] if self._pause else ""
+        self._pause = None
+        self._publish(spb.WatchEventsResponse(resumed=spb.Resumed(reason=reason)))
+
+    def set_policy_version(self, model: str, version: int) -> None:
+        """Pretends an optimizer step changed `model`'s weights."""
+        self._versions[model] = version
+        changed = spb.PolicyVersionChanged(model=model, policy_version=version)
+        self._publish(spb.WatchEventsResponse(policy_version_changed=changed))
+
+    def drop_sessions(self) -> None:
+        """Forgets every session, as a server restarted with a fresh store would."""
+        self._sessions.clear()
+
+    def inject_failure(
+        self,
+        method: str,
+        *,
+        code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
+        times: int = 1,
+        after_messages: int = 0,
+        reason: str = "INJECTED",
+        retry_delay: float | None = None,
+    ) -> None:
+        """Makes the next `times` calls of `method` (e.g. ``"Generate"``) fail with `code`.
+
+        The failure comes after `after_messages` messages were sent; for a unary call,
+        ``after_messages=1`` means the call took effect but its answer was lost.
+        """
+        self._faults[method].append(_Fault(code, times, after_messages, reason, retry_delay))
+
+    def _publish(self, event: spb.WatchEventsResponse) -> None:
+        event.sequence = len(self._events) + 1
+        self._events.append(event)
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake_watchers)
+
+    def _wake_watchers(self) -> None:
+        self._new_event.set()
+        self._new_event = asyncio.Event()
+
+    # -- shared plumbing ------------------------------------------------------------
+
+    def _enter(self, method: str, request: Message, context: _Ctx) -> None:
+        metadata = {k: str(v) for k, v in (context.invocation_metadata() or ())}
+        self.calls[method] += 1
+        self.metadata[method] = metadata
+        if request_id := getattr(request, "request_id", ""):
+            self.request_ids[method].append(request_id)
+        if self._api_key and metadata.get("authorization") != f"Bearer {self._api_key}":
+            raise _Abort(_C.UNAUTHENTICATED, "UNAUTHENTICATED", "missing or wrong API key")
+        self._maybe_fail(method, sent=0)
+
+    def _maybe_fail(self, method: str, sent: int) -> None:
+        for f in self._faults[method]:
+            if f.times > 0 and f.after_messages == sent:
+                f.times -= 1
+                raise _Abort(f.code, f.reason, "injected failure", retry_delay=f.retry_delay)
+
+    def _episode(self, episode_id: str, *, must_be_open: bool = False) -> _Episode:
+        ep = self._episodes.get(episode_id)
+        if ep is None:
+            raise _Abort(
+                _C.NOT_FOUND,
+                "EPISODE_NOT_FOUND",
+                f"unknown episode {episode_id!r}",
+                metadata={"episode_id": episode_id},
+            )
+        if must_be_open and ep.record.state != _OPEN:
+            state = types_pb2.EpisodeState.Name(ep.record.state)
+            raise _Abort(_C.FAILED_PRECONDITION, "EPISODE_NOT_OPEN", f"episode is {state}")
+        return ep
+
+    def _model(self, name: str) -> str:
+        if name not in self._versions:
+            raise _Abort(
+                _C.NOT_FOUND, "MODEL_NOT_FOUND", f"unknown model {name!r}", metadata={"model": name}
+            )
+        return name
+
+    def _model_infos(self) -> list[types_pb2.ModelInfo]:
+        return [
+            types_pb2.ModelInfo(
+                name=name,
+                policy_version=version,
+                max_model_len=4096,
+                vocab_size=_VOCAB,
+                trainable=True,
+                source="swarmrl.testing",
+            )
+            for name, version in self._versions.items()
+        ]
+
+    def _replay(self, method: str, request_id: str, kind: type[_M]) -> _M | None:
+        """The first answer to a request_id seen before (the protos' idempotency rule)."""
+        answer = self._answers.get((method, request_id)) if request_id else None
+        return answer if isinstance(answer, kind) else None
+
+    def _remember(self, method: str, request_id: str, response: _M) -> _M:
+        if request_id:
+            self._answers[(method, request_id)] = response
+        return response
+
+    # -- SessionService -------------------------------------------------------------
+
+    @_unary
+    async def OpenSession(self, req: spb.OpenSessionRequest, ctx: _Ctx) -> spb.OpenSessionResponse:
+        if not req.session_id:
+            raise _invalid("session_id", "must not be empty")
+        self._sessions[req.session_id] = req.client_name
+        lease = min(max(req.lease.ToTimedelta().total_seconds() or 30.0, 1.0), 300.0)
+        response = spb.OpenSessionResponse(session_id=req.session_id, server_instance=self.instance)
+        response.lease.FromSeconds(int(lease))
+        return response
+
+    @_unary
+    async def Heartbeat(self, req: spb.HeartbeatRequest, ctx: _Ctx) -> spb.HeartbeatResponse:
+        if req.session_id not in self._sessions:
+            raise _Abort(_C.NOT_FOUND, "SESSION_NOT_FOUND", f"unknown session {req.session_id}")
+        mine = [ep for ep in self._episodes.values() if ep.session_id == req.session_id]
+        response = spb.HeartbeatResponse(open_episodes=sum(ep.record.state == _OPEN for ep in mine))
+        response.lease.FromSeconds(30)
+        return response
+
+    @_unary
+    async def CloseSession(
+        self, req: spb.CloseSessionRequest, ctx: _Ctx
+    ) -> spb.CloseSessionResponse:
+        self._sessions.pop(req.session_id, None)
+        aborted = 0
+        for ep in self._episodes.values():
+            if ep.session_id == req.session_id and ep.record.state == _OPEN:
+                self._abort(ep, "session closed")
+                aborted += 1
+        return spb.CloseSessionResponse(aborted_episodes=aborted)
+
+    @_streaming
+    async def WatchEvents(
+        self, req: spb.WatchEventsRequest, ctx: _Ctx
+    ) -> AsyncIterator[spb.WatchEventsResponse]:
+        after = req.after_sequence
+        while True:
+            wake = self._new_event  # taken before the scan, so no event slips between
+            for event in self._events[after:]:  # sequence n is at index n - 1
+                yield event
+                after = event.sequence
+            await wake.wait()
+
+    # -- EpisodeService -------------------------------------------------------------
+
+    @_unary
+    async def StartEpisode(
+        self, req: epb.StartEpisodeRequest, ctx: _Ctx
+    ) -> epb.StartEpisodeResponse:
+        rid = req.request_id
+        if answer := self._replay("StartEpisode", rid, epb.StartEpisodeResponse):
+            return answer
+        if req.session_id not in self._sessions:
+            raise _Abort(
+                _C.NOT_FOUND,
+                "SESSION_NOT_FOUND",
+                f"unknown session {req.session_id!r}",
+                metadata={"session_id": req.session_id},
+            )
+        models = [self._model(name) for name in req.models] or [next(iter(self._versions))]
+        episode_id = f"ep-{uuid.uuid4().hex[:12]}"
+        record = epb.Episode(
+            episode_id=episode_id,
+            state=_OPEN,
+            task_id=req.task_id,
+            group_id=req.group_id or req.task_id,
+            agent_version=req.agent_version,
+            models=models,
+            labels=dict(req.labels),
+        )
+        record.start_time.GetCurrentTime()
+        self._episodes[episode_id] = _Episode(record, req.session_id)
+        response = epb.StartEpisodeResponse(
+            episode_id=episode_id,
+            openai_base_url=f"http://fake.invalid/episodes/{episode_id}/v1",
+            openai_api_key=f"sk-episode-{episode_id}",
+            models=[m for m in self._model_infos() if m.name in models],
+        )
+        return self._remember("StartEpisode", rid, response)
+
+    @_streaming
+    async def Generate(
+        self, req: epb.GenerateRequest, ctx: _Ctx
+    ) -> AsyncIterator[epb.GenerateResponse]:
+        rid = req.request_id
+        result = self._replay("Generate", rid, epb.GenerateResult)
+        if result is None:
+            result = self._remember("Generate", rid, self._generate(req))
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for token, logprob in zip(result.completion_ids, result.logprobs):
+            text = decoder.decode(bytes([token])) if token < EOS_TOKEN_ID else ""
+            chunk = epb.GenerateChunk(token_ids=[token], logprobs=[logprob], text=text)
+            yield epb.GenerateResponse(chunk=chunk)
+        yield epb.GenerateResponse(result=result)
+
+    def _generate(self, request: epb.GenerateRequest) -> epb.GenerateResult:
+        """Validates a Generate request, runs the toy model, and records the call."""
+        ep = self._episode(request.episode_id, must_be_open=True)
+        model = self._model(request.model or ep.record.models[0])
+        if model not in ep.record.models:
+            raise _invalid("model", f"{model!r} is not one of the episode's models")
+        _check_sampling(request.sampling)
+        kind = request.WhichOneof("input")
+        if kind == "chat":
+            if not request.chat.messages:
+                raise _invalid("chat.messages", "must not be empty")
+            for i, message in enumerate(request.chat.messages):
+                if message.role not in ROLE_NAMES:
+                    raise _invalid(f"chat.messages[{i}].role", "must be set")
+            prompt = _render(request.chat.messages)
+            prompt_ids = list(prompt.encode())
+        elif kind == "tokens":
+            prompt_ids = list(request.tokens.token_ids)
+            if not prompt_ids or max(prompt_ids) >= _VOCAB:
+                raise _invalid("tokens.token_ids", f"must be non-empty ids below {_VOCAB}")
+            prompt = bytes(t for t in prompt_ids if t < EOS_TOKEN_ID).decode(errors="replace")
+        else:
+            raise _invalid("input", "give chat messages or token ids")
+        if self._pause is not None:
+            reason, delay = self._pause
+            raise _Abort(
+                _C.UNAVAILABLE, "GENERATION_PAUSED", f"paused: {reason}", retry_delay=delay
+            )
+        result = self._complete(request, prompt)
+        result.call_id = f"call-{uuid.uuid4().hex[:12]}"
+        result.model, result.policy_version = model, self._versions[model]
+        result.prompt_ids[:] = prompt_ids
+        result.usage.prompt_tokens = len(prompt_ids)
+        result.usage.completion_tokens = len(result.completion_ids)
+        parent, longest = "", 0
+        for call in ep.calls:  # the longest prompt + completion that this prompt extends
+            seen = [*call.prompt_ids, *call.completion_ids]
+            if len(seen) > longest and prompt_ids[: len(seen)] == seen:
+                parent, longest = call.call_id, len(seen)
+        ep.calls.append(
+            epb.CallRecord(
+                call_id=result.call_id,
+                model=model,
+                prompt_ids=prompt_ids,
+                completion_ids=result.completion_ids,
+                logprobs=result.logprobs,
+                policy_version=result.policy_version,
+                finish_reason=result.finish_reason,
+                parent_call_id=parent,
+            )
+        )
+        ep.record.num_calls = len(ep.calls)
+        return result
+
+    def _complete(self, request: epb.GenerateRequest, prompt: str) -> epb.GenerateResult:
+        """The toy model: the reply (or a call of the first tool), cut by the sampling limits."""
+        sampling, result = request.sampling, epb.GenerateResult()
+        messages, tools = request.chat.messages, request.chat.tools
+        if tools and (not messages or messages[-1].role != types_pb2.ROLE_TOOL):
+            text = json.dumps({"name": tools[0].name, "arguments": {}})
+            ids = [*text.encode(), EOS_TOKEN_ID]
+            result.finish_reason = types_pb2.FINISH_REASON_TOOL_CALLS
+            call_id = f"call_{uuid.uuid4().hex[:8]}"
+            result.message.tool_calls.add(id=call_id, name=tools[0].name, arguments_json="{}")
+        else:
+            text = self._reply(prompt) if callable(self._reply) else self._reply
+            ids = [*text.encode(), EOS_TOKEN_ID]
+            result.finish_reason = types_pb2.FINISH_REASON_STOP
+            if cuts := [(text.find(s), s) for s in sampling.stop if s and s in text]:
+                at, stop = min(cuts)  # the stop string is generated but not returned
+                text, ids = text[:at], list((text[:at] + stop).encode())
+            for i, token in enumerate(ids):
+                if token in sampling.stop_token_ids:
+                    text, ids = bytes(ids[:i]).decode(errors="replace"), ids[: i + 1]
+                    break
+        if sampling.HasField("max_tokens") and len(ids) > sampling.max_tokens:
+            ids = ids[: sampling.max_tokens]
+            text = bytes(t for t in ids if t < EOS_TOKEN_ID).decode(errors="ignore")
+            result.finish_reason = types_pb2.FINISH_REASON_LENGTH
+            del result.message.tool_calls[:]
+        result.text = text
+        result.message.role = types_pb2.ROLE_ASSISTANT
+        result.message.content = "" if result.message.tool_calls else text
+        result.completion_ids[:] = ids
+        result.logprobs[:] = [-0.05 - (token % 10) / 20 for token in ids]
+        for token, logprob in zip(ids, result.logprobs) if sampling.top_logprobs else ():
+            alternatives = result.top_logprobs.add()
+            for rank in range(sampling.top_logprobs):
+                alt = token if rank == 0 else (token + rank) % EOS_TOKEN_ID
+                alternatives.entries.add(token_id=alt, logprob=logprob - rank)
+        return result
+
+    @_unary
+    async def SubmitReward(
+        self, req: epb.SubmitRewardRequest, ctx: _Ctx
+    ) -> epb.SubmitRewardResponse:
+        rid = req.request_id
+        if answer := self._replay("SubmitReward", rid, epb.SubmitRewardResponse):
+            return answer
+        if not math.isfinite(req.value):
+            raise _invalid("value", "must be finite")
+        ep = self._episode(req.episode_id, must_be_open=True)
+        if req.call_id:
+            calls = [c for c in ep.calls if c.call_id == req.call_id]
+            if not calls:
+                raise _Abort(_C.NOT_FOUND, "CALL_NOT_FOUND", f"unknown call {req.call_id!r}")
+            calls[0].reward = req.value
+        else:
+            ep.record.reward = req.value
+        response = epb.SubmitRewardResponse()
+        if ep.record.HasField("reward"):
+            response.episode_reward = ep.record.reward
+        return self._remember("SubmitReward", rid, response)
+
+    @_unary
+    async def EndEpisode(self, req: epb.EndEpisodeRequest, ctx: _Ctx) -> epb.EndEpisodeResponse:
+        rid = req.request_id
+        if answer := self._replay("EndEpisode", rid, epb.EndEpisodeResponse):
+            return answer
+        if req.HasField("reward") and not math.isfinite(req.reward):
+            raise _invalid("reward", "must be finite")
+        ep = self._episode(req.episode_id, must_be_open=True)
+        if req.HasField("reward"):
+            ep.record.reward = req.reward
+        if not ep.record.HasField("reward"):
+            raise _Abort(_C.FAILED_PRECONDITION, "REWARD_MISSING", "the episode has no reward")
+        ep.record.state = types_pb2.EPISODE_STATE_ENDED
+        ep.record.end_time.GetCurrentTime()
+        self._ended += 1
+        return self._remember("EndEpisode", rid, epb.EndEpisodeResponse(episode=ep.record))
+
+    @_unary
+    async def AbortEpisode(
+        self, req: epb.AbortEpisodeRequest, ctx: _Ctx
+    ) -> epb.AbortEpisodeResponse:
+        rid = req.request_id
+        if answer := self._replay("AbortEpisode", rid, epb.AbortEpisodeResponse):
+            return answer
+        ep = self._abort(self._episode(req.episode_id, must_be_open=True), req.reason)
+        response = epb.AbortEpisodeResponse(episode=ep.record)
+        return self._remember("AbortEpisode", rid, response)
+
+    def _abort(self, ep: _Episode, reason: str) -> _Episode:
+        ep.record.state = types_pb2.EPISODE_STATE_ABORTED
+        ep.record.abort_reason = reason
+        ep.record.end_time.GetCurrentTime()
+        self._aborted += 1
+        return ep
+
+    @_unary
+    async def GetEpisode(self, req: epb.GetEpisodeRequest, ctx: _Ctx) -> epb.GetEpisodeResponse:
+        ep = self._episode(req.episode_id)
+        response = epb.GetEpisodeResponse(episode=ep.record)
+        if req.include_calls:
+            response.episode.calls.extend(ep.calls)
+        return response
+
+    # -- AdminService ---------------------------------------------------------------
+
+    @_unary
+    async def GetStatus(self, req: apb.GetStatusRequest, ctx: _Ctx) -> apb.GetStatusResponse:
+        return apb.GetStatusResponse(
+            server_instance=self.instance,
+            sessions=len(self._sessions),
+            open_episodes=sum(ep.record.state == _OPEN for ep in self._episodes.values()),
+            ended_episodes=self._ended,
+            aborted_episodes=self._aborted,
+            paused=self._pause is not None,
+            models=self._model_infos(),
+            last_event_sequence=len(self._events),
+        )
+
+    @_unary
+    async def ListModels(self, req: apb.ListModelsRequest, ctx: _Ctx) -> apb.ListModelsResponse:
+        return apb.ListModelsResponse(models=self._model_infos())
+
+    @_unary
+    async def PauseGeneration(
+        self, req: apb.PauseGenerationRequest, ctx: _Ctx
+    ) -> apb.PauseGenerationResponse:
+        self.pause(req.reason)
+        return apb.PauseGenerationResponse()
+
+    @_unary
+    async def ResumeGeneration(
+        self, req: apb.ResumeGenerationRequest, ctx: _Ctx
+    ) -> apb.ResumeGenerationResponse:
+        self.resume()
+        return apb.ResumeGenerationResponse()
+
+    @_unary
+    async def SaveCheckpoint(
+        self, req: apb.SaveCheckpointRequest, ctx: _Ctx
+    ) -> apb.SaveCheckpointResponse:
+        return apb.SaveCheckpointResponse()  # a toy model has nothing to save
+
+
+def _render(messages: Sequence[types_pb2.ChatMessage]) -> str:
+    """The fake chat template."""
+    parts = []
+    for m in messages:
+        calls = "".join(json.dumps([c.name, c.arguments_json]) for c in m.tool_calls)
+        parts.append(f"<|{ROLE_NAMES[m.role]}|>{m.content}{calls}\n")
+    return "".join(parts) + "<|assistant|>"
+
+
+def _check_sampling(sampling: types_pb2.SamplingParams) -> None:
+    checks = [
+        ("max_tokens", sampling.HasField("max_tokens") and sampling.max_tokens <= 0, "> 0"),
+        ("temperature", sampling.HasField("temperature") and not sampling.temperature >= 0, ">= 0"),
+        ("top_p", sampling.HasField("top_p") and not 0 < sampling.top_p <= 1, "in (0, 1]"),
+        ("top_logprobs", not 0 <= sampling.top_logprobs <= 20, "from 0 to 20"),
+    ]
+    for name, bad, rule in checks:
+        if bad:
+            raise _invalid(f"sampling.{name}", f"must be {rule}")
