@@ -1,0 +1,1 @@
+"""An OpenAI Agents SDK agent, unmodified, trained through swarmrl's OpenAI-compatible shim."""

@@ -1,0 +1,47 @@
+"""The OpenAI- and Anthropic-compatible HTTP shim: unmodified agents, exact tokens.
+
+Layout (after vLLM's entrypoints): one package per endpoint, each with
+`api_router.py` (thin FastAPI routes), `protocol.py` (pydantic models) and
+`serving.py` (the handler class); `app.py` builds the app and runs uvicorn in the
+server's event loop.
+
+Endpoints (also under `/k/<episode key>/...`, for harnesses that cannot set a key):
+
+- `POST /v1/chat/completions`  streaming (SSE, token by token, ends with `[DONE]`) or not
+- `POST /v1/completions`       text or token-id prompts
+- `GET  /v1/models`, `GET /v1/models/{id}`
+- `POST /v1/messages`, `POST /v1/messages/count_tokens`   Anthropic Messages API
+- `GET  /health`
+
+Addressing: `StartEpisode` returns `openai_base_url` and `openai_api_key`
+(`sk-swarm-<episode id>.<mac>`). Every call made with the key lands in that episode
+(`Authorization: Bearer <key>`, or `x-api-key: <key>` for Anthropic clients). Bad
+key: 401; ended/aborted episode: 409; a model the episode was not started with: 404.
+
+Extension fields (ignored by plain clients, opt-in where they cost bytes):
+
+- request `return_token_ids: true` -> `prompt_token_ids` (the exact prompt ids the
+  engine saw) and `token_ids` (the generated ids, stop token included) on the
+  response: per choice for chat/completions, on the message for /v1/messages. In
+  streams each chunk carries its own `token_ids`; `prompt_token_ids` comes on the
+  chunk that finishes the first choice (on `message_delta` for Anthropic).
+- request `request_id: "..."` -> idempotent retries: a repeat returns the recorded call.
+- response `swarmrl`: `{episode_id, call_ids, policy_version, overridden, fork_reason}`
+  always (streams: on the last finishing chunk / `message_delta`). `overridden` lists
+  sampling fields the server's policy replaced (e.g. `--force-temperature`), with the
+  value used: overrides are reported, never silent. `fork_reason` says why the prompt
+  could not extend an earlier call's exact tokens (edited history, changed tools).
+- `/v1/models` entries carry `policy_version`, `max_model_len`, `trainable`.
+
+Tool calls: `tools` go into the chat template (Hermes/Qwen2.5 style); replies are
+parsed from `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks
+(`episodes.chat.ReplyParser`); streams hold such a block back and emit one
+`tool_calls` delta with id, name and arguments when it closes. `tool_choice`
+"auto" and "none" (tools hidden from the model, reply returned as raw text) are
+supported; "required" and named functions need constrained decoding and are
+refused with a 400 naming `tool_choice`, as are other options the server cannot
+honour (penalties, logit_bias, JSON response formats, parallel_tool_calls=false).
+
+Sampling: temperature, top_p, max_tokens / max_completion_tokens, stop, seed, n,
+logprobs / top_logprobs. Choice i of a seeded request samples with `seed + i`.
+"""
