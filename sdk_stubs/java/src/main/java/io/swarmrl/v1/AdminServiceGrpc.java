@@ -1,0 +1,662 @@
+package io.swarmrl.v1;
+
+import static io.grpc.MethodDescriptor.generateFullMethodName;
+
+/**
+ * <pre>
+ * AdminService reports on and steers the server. When the server has API
+ * keys configured, these calls need an admin key (except GetStatus and
+ * ListModels, which any key may call).
+ * </pre>
+ */
+@javax.annotation.Generated(
+    value = "by gRPC proto compiler",
+    comments = "Source: swarmrl/v1/admin_service.proto")
+@io.grpc.stub.annotations.GrpcGenerated
+public final class AdminServiceGrpc {
+
+  private AdminServiceGrpc() {}
+
+  public static final String SERVICE_NAME = "swarmrl.v1.AdminService";
+
+  // Static method descriptors that strictly reflect the proto.
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.GetStatusRequest,
+      io.swarmrl.v1.GetStatusResponse> getGetStatusMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "GetStatus",
+      requestType = io.swarmrl.v1.GetStatusRequest.class,
+      responseType = io.swarmrl.v1.GetStatusResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.GetStatusRequest,
+      io.swarmrl.v1.GetStatusResponse> getGetStatusMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.GetStatusRequest, io.swarmrl.v1.GetStatusResponse> getGetStatusMethod;
+    if ((getGetStatusMethod = AdminServiceGrpc.getGetStatusMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getGetStatusMethod = AdminServiceGrpc.getGetStatusMethod) == null) {
+          AdminServiceGrpc.getGetStatusMethod = getGetStatusMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.GetStatusRequest, io.swarmrl.v1.GetStatusResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "GetStatus"))
+              .setSafe(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.GetStatusRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.GetStatusResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("GetStatus"))
+              .build();
+        }
+      }
+    }
+    return getGetStatusMethod;
+  }
+
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.ListModelsRequest,
+      io.swarmrl.v1.ListModelsResponse> getListModelsMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ListModels",
+      requestType = io.swarmrl.v1.ListModelsRequest.class,
+      responseType = io.swarmrl.v1.ListModelsResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.ListModelsRequest,
+      io.swarmrl.v1.ListModelsResponse> getListModelsMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.ListModelsRequest, io.swarmrl.v1.ListModelsResponse> getListModelsMethod;
+    if ((getListModelsMethod = AdminServiceGrpc.getListModelsMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getListModelsMethod = AdminServiceGrpc.getListModelsMethod) == null) {
+          AdminServiceGrpc.getListModelsMethod = getListModelsMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.ListModelsRequest, io.swarmrl.v1.ListModelsResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ListModels"))
+              .setSafe(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.ListModelsRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.ListModelsResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("ListModels"))
+              .build();
+        }
+      }
+    }
+    return getListModelsMethod;
+  }
+
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.PauseGenerationRequest,
+      io.swarmrl.v1.PauseGenerationResponse> getPauseGenerationMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "PauseGeneration",
+      requestType = io.swarmrl.v1.PauseGenerationRequest.class,
+      responseType = io.swarmrl.v1.PauseGenerationResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.PauseGenerationRequest,
+      io.swarmrl.v1.PauseGenerationResponse> getPauseGenerationMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.PauseGenerationRequest, io.swarmrl.v1.PauseGenerationResponse> getPauseGenerationMethod;
+    if ((getPauseGenerationMethod = AdminServiceGrpc.getPauseGenerationMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getPauseGenerationMethod = AdminServiceGrpc.getPauseGenerationMethod) == null) {
+          AdminServiceGrpc.getPauseGenerationMethod = getPauseGenerationMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.PauseGenerationRequest, io.swarmrl.v1.PauseGenerationResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "PauseGeneration"))
+              .setIdempotent(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.PauseGenerationRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.PauseGenerationResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("PauseGeneration"))
+              .build();
+        }
+      }
+    }
+    return getPauseGenerationMethod;
+  }
+
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.ResumeGenerationRequest,
+      io.swarmrl.v1.ResumeGenerationResponse> getResumeGenerationMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ResumeGeneration",
+      requestType = io.swarmrl.v1.ResumeGenerationRequest.class,
+      responseType = io.swarmrl.v1.ResumeGenerationResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.ResumeGenerationRequest,
+      io.swarmrl.v1.ResumeGenerationResponse> getResumeGenerationMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.ResumeGenerationRequest, io.swarmrl.v1.ResumeGenerationResponse> getResumeGenerationMethod;
+    if ((getResumeGenerationMethod = AdminServiceGrpc.getResumeGenerationMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getResumeGenerationMethod = AdminServiceGrpc.getResumeGenerationMethod) == null) {
+          AdminServiceGrpc.getResumeGenerationMethod = getResumeGenerationMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.ResumeGenerationRequest, io.swarmrl.v1.ResumeGenerationResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ResumeGeneration"))
+              .setIdempotent(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.ResumeGenerationRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.ResumeGenerationResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("ResumeGeneration"))
+              .build();
+        }
+      }
+    }
+    return getResumeGenerationMethod;
+  }
+
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.SaveCheckpointRequest,
+      io.swarmrl.v1.SaveCheckpointResponse> getSaveCheckpointMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "SaveCheckpoint",
+      requestType = io.swarmrl.v1.SaveCheckpointRequest.class,
+      responseType = io.swarmrl.v1.SaveCheckpointResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.SaveCheckpointRequest,
+      io.swarmrl.v1.SaveCheckpointResponse> getSaveCheckpointMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.SaveCheckpointRequest, io.swarmrl.v1.SaveCheckpointResponse> getSaveCheckpointMethod;
+    if ((getSaveCheckpointMethod = AdminServiceGrpc.getSaveCheckpointMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getSaveCheckpointMethod = AdminServiceGrpc.getSaveCheckpointMethod) == null) {
+          AdminServiceGrpc.getSaveCheckpointMethod = getSaveCheckpointMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.SaveCheckpointRequest, io.swarmrl.v1.SaveCheckpointResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "SaveCheckpoint"))
+              .setIdempotent(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.SaveCheckpointRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.SaveCheckpointResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("SaveCheckpoint"))
+              .build();
+        }
+      }
+    }
+    return getSaveCheckpointMethod;
+  }
+
+  /**
+   * Creates a new async stub that supports all call types for the service
+   */
+  public static AdminServiceStub newStub(io.grpc.Channel channel) {
+    io.grpc.stub.AbstractStub.StubFactory<AdminServiceStub> factory =
+      new io.grpc.stub.AbstractStub.StubFactory<AdminServiceStub>() {
+        @java.lang.Override
+        public AdminServiceStub newStub(io.grpc.Channel channel, io.grpc.CallOptions callOptions) {
+          return new AdminServiceStub(channel, callOptions);
+        }
+      };
+    return AdminServiceStub.newStub(factory, channel);
+  }
+
+  /**
+   * Creates a new blocking-style stub that supports unary and streaming output calls on the service
+   */
+  public static AdminServiceBlockingStub newBlockingStub(
+      io.grpc.Channel channel) {
+    io.grpc.stub.AbstractStub.StubFactory<AdminServiceBlockingStub> factory =
+      new io.grpc.stub.AbstractStub.StubFactory<AdminServiceBlockingStub>() {
+        @java.lang.Override
+        public AdminServiceBlockingStub newStub(io.grpc.Channel channel, io.grpc.CallOptions callOptions) {
+          return new AdminServiceBlockingStub(channel, callOptions);
+        }
+      };
+    return AdminServiceBlockingStub.newStub(factory, channel);
+  }
+
+  /**
+   * Creates a new ListenableFuture-style stub that supports unary calls on the service
+   */
+  public static AdminServiceFutureStub newFutureStub(
+      io.grpc.Channel channel) {
+    io.grpc.stub.AbstractStub.StubFactory<AdminServiceFutureStub> factory =
+      new io.grpc.stub.AbstractStub.StubFactory<AdminServiceFutureStub>() {
+        @java.lang.Override
+        public AdminServiceFutureStub newStub(io.grpc.Channel channel, io.grpc.CallOptions callOptions) {
+          return new AdminServiceFutureStub(channel, callOptions);
+        }
+      };
+    return AdminServiceFutureStub.newStub(factory, channel);
+  }
+
+  /**
+   * <pre>
+   * AdminService reports on and steers the server. When the server has API
+   * keys configured, these calls need an admin key (except GetStatus and
+   * ListModels, which any key may call).
+   * </pre>
+   */
+  public static abstract class AdminServiceImplBase implements io.grpc.BindableService {
+
+    /**
+     * <pre>
+     * Reports the server's state.
+     * </pre>
+     */
+    public void getStatus(io.swarmrl.v1.GetStatusRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.GetStatusResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getGetStatusMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Lists the models the server hosts.
+     * </pre>
+     */
+    public void listModels(io.swarmrl.v1.ListModelsRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.ListModelsResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getListModelsMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Pauses generation: new calls wait (gRPC: UNAVAILABLE with a retry delay).
+     * </pre>
+     */
+    public void pauseGeneration(io.swarmrl.v1.PauseGenerationRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.PauseGenerationResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getPauseGenerationMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Resumes generation after PauseGeneration.
+     * </pre>
+     */
+    public void resumeGeneration(io.swarmrl.v1.ResumeGenerationRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.ResumeGenerationResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getResumeGenerationMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Writes a checkpoint of a model now.
+     * </pre>
+     */
+    public void saveCheckpoint(io.swarmrl.v1.SaveCheckpointRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.SaveCheckpointResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getSaveCheckpointMethod(), responseObserver);
+    }
+
+    @java.lang.Override public final io.grpc.ServerServiceDefinition bindService() {
+      return io.grpc.ServerServiceDefinition.builder(getServiceDescriptor())
+          .addMethod(
+            getGetStatusMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.GetStatusRequest,
+                io.swarmrl.v1.GetStatusResponse>(
+                  this, METHODID_GET_STATUS)))
+          .addMethod(
+            getListModelsMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.ListModelsRequest,
+                io.swarmrl.v1.ListModelsResponse>(
+                  this, METHODID_LIST_MODELS)))
+          .addMethod(
+            getPauseGenerationMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.PauseGenerationRequest,
+                io.swarmrl.v1.PauseGenerationResponse>(
+                  this, METHODID_PAUSE_GENERATION)))
+          .addMethod(
+            getResumeGenerationMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.ResumeGenerationRequest,
+                io.swarmrl.v1.ResumeGenerationResponse>(
+                  this, METHODID_RESUME_GENERATION)))
+          .addMethod(
+            getSaveCheckpointMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.SaveCheckpointRequest,
+                io.swarmrl.v1.SaveCheckpointResponse>(
+                  this, METHODID_SAVE_CHECKPOINT)))
+          .build();
+    }
+  }
+
+  /**
+   * <pre>
+   * AdminService reports on and steers the server. When the server has API
+   * keys configured, these calls need an admin key (except GetStatus and
+   * ListModels, which any key may call).
+   * </pre>
+   */
+  public static final class AdminServiceStub extends io.grpc.stub.AbstractAsyncStub<AdminServiceStub> {
+    private AdminServiceStub(
+        io.grpc.Channel channel, io.grpc.CallOptions callOptions) {
+      super(channel, callOptions);
+    }
+
+    @java.lang.Override
+    protected AdminServiceStub build(
+        io.grpc.Channel channel, io.grpc.CallOptions callOptions) {
+      return new AdminServiceStub(channel, callOptions);
+    }
+
+    /**
+     * <pre>
+     * Reports the server's state.
+     * </pre>
+     */
+    public void getStatus(io.swarmrl.v1.GetStatusRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.GetStatusResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getGetStatusMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Lists the models the server hosts.
+     * </pre>
+     */
+    public void listModels(io.swarmrl.v1.ListModelsRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.ListModelsResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getListModelsMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Pauses generation: new calls wait (gRPC: UNAVAILABLE with a retry delay).
+     * </pre>
+     */
+    public void pauseGeneration(io.swarmrl.v1.PauseGenerationRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.PauseGenerationResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getPauseGenerationMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Resumes generation after PauseGeneration.
+     * </pre>
+     */
+    public void resumeGeneration(io.swarmrl.v1.ResumeGenerationRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.ResumeGenerationResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getResumeGenerationMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Writes a checkpoint of a model now.
+     * </pre>
+     */
+    public void saveCheckpoint(io.swarmrl.v1.SaveCheckpointRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.SaveCheckpointResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getSaveCheckpointMethod(), getCallOptions()), request, responseObserver);
+    }
+  }
+
+  /**
+   * <pre>
+   * AdminService reports on and steers the server. When the server has API
+   * keys configured, these calls need an admin key (except GetStatus and
+   * ListModels, which any key may call).
+   * </pre>
+   */
+  public static final class AdminServiceBlockingStub extends io.grpc.stub.AbstractBlockingStub<AdminServiceBlockingStub> {
+    private AdminServiceBlockingStub(
+        io.grpc.Channel channel, io.grpc.CallOptions callOptions) {
+      super(channel, callOptions);
+    }
+
+    @java.lang.Override
+    protected AdminServiceBlockingStub build(
+        io.grpc.Channel channel, io.grpc.CallOptions callOptions) {
+      return new AdminServiceBlockingStub(channel, callOptions);
+    }
+
+    /**
+     * <pre>
+     * Reports the server's state.
+     * </pre>
+     */
+    public io.swarmrl.v1.GetStatusResponse getStatus(io.swarmrl.v1.GetStatusRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getGetStatusMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Lists the models the server hosts.
+     * </pre>
+     */
+    public io.swarmrl.v1.ListModelsResponse listModels(io.swarmrl.v1.ListModelsRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getListModelsMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Pauses generation: new calls wait (gRPC: UNAVAILABLE with a retry delay).
+     * </pre>
+     */
+    public io.swarmrl.v1.PauseGenerationResponse pauseGeneration(io.swarmrl.v1.PauseGenerationRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getPauseGenerationMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Resumes generation after PauseGeneration.
+     * </pre>
+     */
+    public io.swarmrl.v1.ResumeGenerationResponse resumeGeneration(io.swarmrl.v1.ResumeGenerationRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getResumeGenerationMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Writes a checkpoint of a model now.
+     * </pre>
+     */
+    public io.swarmrl.v1.SaveCheckpointResponse saveCheckpoint(io.swarmrl.v1.SaveCheckpointRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getSaveCheckpointMethod(), getCallOptions(), request);
+    }
+  }
+
+  /**
+   * <pre>
+   * AdminService reports on and steers the server. When the server has API
+   * keys configured, these calls need an admin key (except GetStatus and
+   * ListModels, which any key may call).
+   * </pre>
+   */
+  public static final class AdminServiceFutureStub extends io.grpc.stub.AbstractFutureStub<AdminServiceFutureStub> {
+    private AdminServiceFutureStub(
+        io.grpc.Channel channel, io.grpc.CallOptions callOptions) {
+      super(channel, callOptions);
+    }
+
+    @java.lang.Override
+    protected AdminServiceFutureStub build(
+        io.grpc.Channel channel, io.grpc.CallOptions callOptions) {
+      return new AdminServiceFutureStub(channel, callOptions);
+    }
+
+    /**
+     * <pre>
+     * Reports the server's state.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.GetStatusResponse> getStatus(
+        io.swarmrl.v1.GetStatusRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getGetStatusMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * Lists the models the server hosts.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.ListModelsResponse> listModels(
+        io.swarmrl.v1.ListModelsRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getListModelsMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * Pauses generation: new calls wait (gRPC: UNAVAILABLE with a retry delay).
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.PauseGenerationResponse> pauseGeneration(
+        io.swarmrl.v1.PauseGenerationRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getPauseGenerationMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * Resumes generation after PauseGeneration.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.ResumeGenerationResponse> resumeGeneration(
+        io.swarmrl.v1.ResumeGenerationRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getResumeGenerationMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * Writes a checkpoint of a model now.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.SaveCheckpointResponse> saveCheckpoint(
+        io.swarmrl.v1.SaveCheckpointRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getSaveCheckpointMethod(), getCallOptions()), request);
+    }
+  }
+
+  private static final int METHODID_GET_STATUS = 0;
+  private static final int METHODID_LIST_MODELS = 1;
+  private static final int METHODID_PAUSE_GENERATION = 2;
+  private static final int METHODID_RESUME_GENERATION = 3;
+  private static final int METHODID_SAVE_CHECKPOINT = 4;
+
+  private static final class MethodHandlers<Req, Resp> implements
+      io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
+      io.grpc.stub.ServerCalls.ServerStreamingMethod<Req, Resp>,
+      io.grpc.stub.ServerCalls.ClientStreamingMethod<Req, Resp>,
+      io.grpc.stub.ServerCalls.BidiStreamingMethod<Req, Resp> {
+    private final AdminServiceImplBase serviceImpl;
+    private final int methodId;
+
+    MethodHandlers(AdminServiceImplBase serviceImpl, int methodId) {
+      this.serviceImpl = serviceImpl;
+      this.methodId = methodId;
+    }
+
+    @java.lang.Override
+    @java.lang.SuppressWarnings("unchecked")
+    public void invoke(Req request, io.grpc.stub.StreamObserver<Resp> responseObserver) {
+      switch (methodId) {
+        case METHODID_GET_STATUS:
+          serviceImpl.getStatus((io.swarmrl.v1.GetStatusRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.GetStatusResponse>) responseObserver);
+          break;
+        case METHODID_LIST_MODELS:
+          serviceImpl.listModels((io.swarmrl.v1.ListModelsRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.ListModelsResponse>) responseObserver);
+          break;
+        case METHODID_PAUSE_GENERATION:
+          serviceImpl.pauseGeneration((io.swarmrl.v1.PauseGenerationRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.PauseGenerationResponse>) responseObserver);
+          break;
+        case METHODID_RESUME_GENERATION:
+          serviceImpl.resumeGeneration((io.swarmrl.v1.ResumeGenerationRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.ResumeGenerationResponse>) responseObserver);
+          break;
+        case METHODID_SAVE_CHECKPOINT:
+          serviceImpl.saveCheckpoint((io.swarmrl.v1.SaveCheckpointRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.SaveCheckpointResponse>) responseObserver);
+          break;
+        default:
+          throw new AssertionError();
+      }
+    }
+
+    @java.lang.Override
+    @java.lang.SuppressWarnings("unchecked")
+    public io.grpc.stub.StreamObserver<Req> invoke(
+        io.grpc.stub.StreamObserver<Resp> responseObserver) {
+      switch (methodId) {
+        default:
+          throw new AssertionError();
+      }
+    }
+  }
+
+  private static abstract class AdminServiceBaseDescriptorSupplier
+      implements io.grpc.protobuf.ProtoFileDescriptorSupplier, io.grpc.protobuf.ProtoServiceDescriptorSupplier {
+    AdminServiceBaseDescriptorSupplier() {}
+
+    @java.lang.Override
+    public com.google.protobuf.Descriptors.FileDescriptor getFileDescriptor() {
+      return io.swarmrl.v1.AdminServiceProto.getDescriptor();
+    }
+
+    @java.lang.Override
+    public com.google.protobuf.Descriptors.ServiceDescriptor getServiceDescriptor() {
+      return getFileDescriptor().findServiceByName("AdminService");
+    }
+  }
+
+  private static final class AdminServiceFileDescriptorSupplier
+      extends AdminServiceBaseDescriptorSupplier {
+    AdminServiceFileDescriptorSupplier() {}
+  }
+
+  private static final class AdminServiceMethodDescriptorSupplier
+      extends AdminServiceBaseDescriptorSupplier
+      implements io.grpc.protobuf.ProtoMethodDescriptorSupplier {
+    private final String methodName;
+
+    AdminServiceMethodDescriptorSupplier(String methodName) {
+      this.methodName = methodName;
+    }
+
+    @java.lang.Override
+    public com.google.protobuf.Descriptors.MethodDescriptor getMethodDescriptor() {
+      return getServiceDescriptor().findMethodByName(methodName);
+    }
+  }
+
+  private static volatile io.grpc.ServiceDescriptor serviceDescriptor;
+
+  public static io.grpc.ServiceDescriptor getServiceDescriptor() {
+    io.grpc.ServiceDescriptor result = serviceDescriptor;
+    if (result == null) {
+      synchronized (AdminServiceGrpc.class) {
+        result = serviceDescriptor;
+        if (result == null) {
+          serviceDescriptor = result = io.grpc.ServiceDescriptor.newBuilder(SERVICE_NAME)
+              .setSchemaDescriptor(new AdminServiceFileDescriptorSupplier())
+              .addMethod(getGetStatusMethod())
+              .addMethod(getListModelsMethod())
+              .addMethod(getPauseGenerationMethod())
+              .addMethod(getResumeGenerationMethod())
+              .addMethod(getSaveCheckpointMethod())
+              .build();
+        }
+      }
+    }
+    return result;
+  }
+}
