@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -21,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import grpc
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -85,10 +87,13 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"
         path = resolve_model("tiny", cache)
+        # The same torch thread count the server picks for itself (half the cores).
+        torch.set_num_threads(args.torch_threads)
         engine = HFEngine.from_pretrained("tiny", path, max_batch_size=args.max_batch_size)
         await engine.start()
         server = ServerProcess(data_dir=Path(tmp) / "data", cache_dir=cache,
-                               extra=["--max-batch-size", str(args.max_batch_size)]).start()
+                               extra=["--max-batch-size", str(args.max_batch_size),
+                                      "--torch-threads", str(args.torch_threads)]).start()
         try:
             # Warm both paths once (first-call allocations, channel set-up).
             await run_direct(engine, 2, 8, 0)
@@ -118,4 +123,5 @@ if __name__ == "__main__":
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-batch-size", type=int, default=32)
+    parser.add_argument("--torch-threads", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     asyncio.run(main(parser.parse_args()))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import structlog
+import torch
 
 from swarmrl_server.config import ServerConfig
 from swarmrl_server.engine.hf import HFEngine
@@ -26,6 +27,10 @@ log = structlog.get_logger("swarmrl.app")
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("SWARMRL_CACHE", Path.home() / ".cache" / "swarmrl"))
+
+
+def torch_threads(config: ServerConfig) -> int:
+    return config.torch_threads or max(1, (os.cpu_count() or 2) // 2)
 
 
 def load_hosts(config: ServerConfig) -> dict[str, ModelHost]:
@@ -71,6 +76,7 @@ class RunningServer:
 
 async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None = None) -> RunningServer:
     """Starts everything `config` asks for; `hosts` overrides model loading (tests)."""
+    torch.set_num_threads(torch_threads(config))
     hosts = hosts if hosts is not None else load_hosts(config)
     policy = GenerationPolicy(
         default_max_tokens=config.default_max_tokens, force_temperature=config.force_temperature

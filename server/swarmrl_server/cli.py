@@ -46,6 +46,8 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
                    help="keep episodes, checkpoints and logs here (default: memory only)")
     # -- generation
     p.add_argument("--max-batch-size", type=int, default=32, help="generations batched together")
+    p.add_argument("--torch-threads", type=int,
+                   help="intra-op threads for torch (default: half the CPU cores)")
     p.add_argument("--default-max-tokens", type=int, default=256)
     p.add_argument("--force-temperature", type=float,
                    help="sample every generation at this temperature (reported as an override)")
@@ -76,7 +78,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         admin_keys=tuple(args.admin_key) + env_keys("SWARMRL_ADMIN_KEYS"),
         client_keys=tuple(args.client_key) + env_keys("SWARMRL_CLIENT_KEYS"),
         tls_cert=args.tls_cert, tls_key=args.tls_key,
-        max_batch_size=args.max_batch_size, default_max_tokens=args.default_max_tokens,
+        max_batch_size=args.max_batch_size, torch_threads=args.torch_threads,
+        default_max_tokens=args.default_max_tokens,
         force_temperature=args.force_temperature, grace_s=args.grace,
         train=args.train, train_options=options, resume=args.resume,
     )

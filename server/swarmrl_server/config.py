@@ -51,6 +51,11 @@ class ServerConfig:
     """PEM certificate chain; with tls_key, serves gRPC over TLS."""
     tls_key: Path | None = None
     """PEM private key for tls_cert."""
+    torch_threads: int | None = None
+    """Intra-op threads for torch; None means half the CPU cores (at least 1). The engine
+    and the trainer each run torch on their own thread, and OpenMP teams wider than the
+    cores left to them spin against each other: on 2 cores, 1 thread each generates
+    several times faster than 2 each (benchmarks/grpc_vs_engine.py)."""
     max_batch_size: int = 32
     """Most concurrent generations one engine batches together."""
     default_max_tokens: int = 256
