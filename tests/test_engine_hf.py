@@ -267,7 +267,7 @@ async def test_update_weights_applies_between_waves(tiny_dir: Path, prompts) -> 
         _, old = await collect(engine, prompts[0], params)
         # A long call keeps a wave running while the update arrives.
         stream = engine.generate(prompts[0], dataclasses.replace(params, max_tokens=2000))
-        await anext(stream)
+        first = await anext(stream)
         gen = torch.Generator().manual_seed(0)
         new_state = {
             k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in model.state_dict().items()
@@ -276,7 +276,10 @@ async def test_update_weights_applies_between_waves(tiny_dir: Path, prompts) -> 
         chunk = await anext(stream)
         await anext(stream)
         assert not update.done() and engine.policy_version == 0  # the wave is still running
-        assert chunk.token_ids == old.completion_ids[1:2]  # still the old weights
+        # Still the old weights (a chunk may hold several tokens if we fell behind).
+        seen = first.token_ids + chunk.token_ids
+        n = min(len(seen), len(old.completion_ids))
+        assert n >= 2 and seen[:n] == old.completion_ids[:n]
         await stream.aclose()  # ends the wave; the update applies
         await update
         assert engine.policy_version == 1

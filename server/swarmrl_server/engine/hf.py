@@ -340,11 +340,20 @@ class HFEngine(Engine):
             self._waiting.append(request)
             self._cond.notify_all()
         try:
+            pending: list[object] = []
             while True:
-                item = await request.queue.get()
+                item = pending.pop(0) if pending else await request.queue.get()
+                # A consumer that fell behind gets the tokens queued meanwhile as one
+                # chunk: one message per token would only make it fall further behind.
+                while isinstance(item, GenerationChunk) and not request.queue.empty():
+                    nxt = request.queue.get_nowait()
+                    if not isinstance(nxt, GenerationChunk):
+                        pending.append(nxt)
+                        break
+                    item = _join_chunks(item, nxt)
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                yield item  # type: ignore[misc]
                 if isinstance(item, GenerationOutput):
                     return
         finally:
@@ -596,3 +605,12 @@ def _top_p(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
     outside_V = (sorted_V.cumsum(0) - sorted_V) >= top_p  # the top token always stays
     sorted_V = sorted_V.masked_fill(outside_V, 0.0)
     return torch.zeros_like(probs_V).scatter_(0, order_V, sorted_V)
+
+
+def _join_chunks(a: GenerationChunk, b: GenerationChunk) -> GenerationChunk:
+    return GenerationChunk(
+        token_ids=a.token_ids + b.token_ids,
+        logprobs=a.logprobs + b.logprobs,
+        text=a.text + b.text,
+        top_logprobs=a.top_logprobs + b.top_logprobs,
+    )
