@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from swarmrl_server.errors import invalid
@@ -17,6 +18,29 @@ Message = dict[str, Any]
 
 ROLES = ("system", "user", "assistant", "tool")
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+
+
+def make_message(
+    role: str,
+    content: str | None,
+    *,
+    tool_calls: Iterable[tuple[str, str, str]] = (),
+    tool_call_id: str = "",
+    name: str = "",
+) -> Message:
+    """The domain's OpenAI-shaped message; tool_calls are (id, function name, JSON arguments)."""
+    msg: Message = {"role": role, "content": content}
+    calls = [
+        {"id": i, "type": "function", "function": {"name": n, "arguments": a or "{}"}}
+        for i, n, a in tool_calls
+    ]
+    if calls:
+        msg["tool_calls"] = calls
+    if tool_call_id:
+        msg["tool_call_id"] = tool_call_id
+    if name:
+        msg["name"] = name
+    return msg
 
 
 def validate_messages(messages: list[Message], field: str) -> None:

@@ -8,7 +8,7 @@ from google.protobuf import timestamp_pb2
 
 from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
 from swarmrl._proto.v1 import types_pb2 as t_pb
-from swarmrl_server.episodes.chat import Message
+from swarmrl_server.episodes.chat import Message, make_message
 from swarmrl_server.episodes.registry import SamplingRequest
 from swarmrl_server.errors import invalid
 from swarmrl_server.hosting import ModelHost
@@ -39,17 +39,11 @@ def messages_from_proto(messages: Any, field: str) -> list[Message]:
     for i, m in enumerate(messages):
         if m.role not in ROLE_NAMES:
             raise invalid(f"{field}[{i}].role", "must be set (ROLE_SYSTEM, ROLE_USER, ...)")
-        msg: Message = {"role": ROLE_NAMES[m.role], "content": m.content}
-        if m.tool_calls:
-            msg["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": c.arguments_json or "{}"}}
-                for c in m.tool_calls
-            ]
-        if m.tool_call_id:
-            msg["tool_call_id"] = m.tool_call_id
-        if m.name:
-            msg["name"] = m.name
+        msg = make_message(
+            ROLE_NAMES[m.role], m.content,
+            tool_calls=[(c.id, c.name, c.arguments_json) for c in m.tool_calls],
+            tool_call_id=m.tool_call_id, name=m.name,
+        )
         out.append(msg)
     return out
 

@@ -21,7 +21,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from swarmrl_server.engine.base import GenerationChunk
-from swarmrl_server.episodes.chat import Message, ReplyParser, validate_messages
+from swarmrl_server.episodes.chat import Message, ReplyParser, make_message, validate_messages
 from swarmrl_server.episodes.registry import GenerationResult
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.http.auth import EpisodeAuth
@@ -91,18 +91,11 @@ def to_messages(messages: list[ChatMessageIn]) -> list[Message]:
                     )
             content = "\n".join(p.text or "" for p in content)  # as vLLM joins text parts
         # "developer" is the newer name of "system" (o1 and later); templates know "system".
-        msg: Message = {"role": "system" if m.role == "developer" else m.role,
-                        "content": content}
-        if m.tool_calls:
-            msg["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                for c in m.tool_calls
-            ]
-        if m.tool_call_id:
-            msg["tool_call_id"] = m.tool_call_id
-        if m.name:
-            msg["name"] = m.name
+        msg = make_message(
+            "system" if m.role == "developer" else m.role, content,
+            tool_calls=[(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or []],
+            tool_call_id=m.tool_call_id or "", name=m.name or "",
+        )
         out.append(msg)
     return out
 
