@@ -1,0 +1,251 @@
+"""Per-token logprobs of timelines under a model: plain rows, or a tree-packed plan.
+
+`forward_timelines` is the plain (unpacked) actor forward: one causal row per
+timeline. `forward_packed` runs a `PackPlan` (see `pack.py`) and returns the same
+numbers — the tests hold it to 1e-5 in fp32 — while computing each shared prefix
+once. `forward_tree` plans and runs in one call, with the same signature as
+`forward_timelines`, so a trainer switches packing by choosing the function.
+
+Outputs are aligned with token_ids[1:]: entry t is log p(token t+1 | tokens <= t)
+under softmax(logits / temperature of token t+1), and the entropy of that
+distribution. All outputs are differentiable w.r.t. the model's parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from swarmrl_server.timelines import attention
+from swarmrl_server.timelines.flops import ModelShape
+from swarmrl_server.timelines.merge import Timeline
+from swarmrl_server.timelines.pack import KINDS, PackPlan, PackUnit, plan_packing
+
+Outputs = tuple[list[torch.Tensor], list[torch.Tensor]]
+
+
+def token_logprobs(
+    logits_B_T_V: torch.Tensor, targets_B_T: torch.Tensor, temperatures_B_T: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(target) under softmax(logits / T), and the entropy of that distribution."""
+    scaled_B_T_V = logits_B_T_V.float() / temperatures_B_T.unsqueeze(-1)
+    logp_B_T_V = F.log_softmax(scaled_B_T_V, dim=-1)
+    logprobs_B_T = logp_B_T_V.gather(-1, targets_B_T.unsqueeze(-1)).squeeze(-1)
+    entropy_B_T = -(logp_B_T_V.exp() * logp_B_T_V).sum(-1)
+    return logprobs_B_T, entropy_B_T
+
+
+def _temps(values: Sequence[float]) -> torch.Tensor:
+    # Greedy calls (temperature 0) recorded raw-logit logprobs: divide by 1 for them.
+    temps = torch.tensor(values, dtype=torch.float32)
+    return torch.where(temps > 0, temps, torch.ones_like(temps))
+
+
+def forward_timelines(
+    model: torch.nn.Module,
+    timelines: Sequence[Timeline],
+    pad_id: int = 0,
+    *,
+    max_batch_tokens: int = 16384,
+) -> Outputs:
+    """Logprob and entropy of every token after the first, for each timeline.
+
+    Returns per-timeline tensors of length len(timeline) - 1, aligned with
+    token_ids[1:]; differentiable w.r.t. the model's parameters. Rows run in
+    micro-batches of similar length (within 80 % of the batch's longest, at most
+    `max_batch_tokens` padded tokens; a longer row alone). No attention mask is passed:
+    padding sits on the right of causal rows, where no real token attends to it, and
+    without a mask the attention kernel skips the masked half of every row.
+    """
+    logprobs: list[torch.Tensor | None] = [None] * len(timelines)
+    entropy: list[torch.Tensor | None] = [None] * len(timelines)
+    order = sorted(range(len(timelines)), key=lambda i: -len(timelines[i]))
+    batch: list[int] = []
+    for i in order + [-1]:
+        if i >= 0 and len(timelines[i]) < 2:
+            empty = torch.zeros(0)
+            logprobs[i], entropy[i] = empty, empty
+            continue
+        longest = len(timelines[batch[0]]) if batch else 0
+        if batch and (
+            i < 0
+            or (len(batch) + 1) * longest > max_batch_tokens
+            or 5 * len(timelines[i]) < 4 * longest  # would pad more than 20 %
+        ):
+            lp_B, ent_B = _forward_rows(model, [timelines[j] for j in batch], pad_id)
+            for j, lp, ent in zip(batch, lp_B, ent_B):
+                logprobs[j], entropy[j] = lp, ent
+            batch = []
+        if i >= 0:
+            batch.append(i)
+    return [x for x in logprobs if x is not None], [x for x in entropy if x is not None]
+
+
+def _forward_rows(model: torch.nn.Module, rows: Sequence[Timeline], pad_id: int) -> Outputs:
+    B, T = len(rows), max(len(t) for t in rows)
+    ids_B_T = torch.full((B, T), pad_id, dtype=torch.long)
+    temps_B_T = torch.ones((B, T), dtype=torch.float32)
+    for i, t in enumerate(rows):
+        ids_B_T[i, : len(t)] = torch.tensor(t.token_ids)
+        temps_B_T[i, : len(t)] = _temps(t.temperatures)
+    logits_B_T_V = model(input_ids=ids_B_T).logits
+    logprobs_B_T, entropy_B_T = token_logprobs(
+        logits_B_T_V[:, :-1], ids_B_T[:, 1:], temps_B_T[:, 1:]
+    )
+    return (
+        [logprobs_B_T[i, : len(t) - 1] for i, t in enumerate(rows)],
+        [entropy_B_T[i, : len(t) - 1] for i, t in enumerate(rows)],
+    )
+
+
+def packing_kinds(model: torch.nn.Module) -> tuple[str, ...]:
+    """The execution kinds `model` can take ("rows" always; see `pack.py`)."""
+    config = getattr(model, "config", None)
+    if config is None or not getattr(model, "_supports_attention_backend", False):
+        return ("rows",)
+    if getattr(config, "use_sliding_window", False) or any(
+        kind != "full_attention" for kind in (getattr(config, "layer_types", None) or [])
+    ):
+        return ("rows",)  # a window changes which prefix tokens a query sees
+    if model.training and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
+        return ("rows",)  # random masks: no two computations agree anyway
+    kinds = ["rows", "tree"]
+    if config._attn_implementation in ("sdpa", "eager"):
+        kinds.append("dense")  # these take a custom 4D additive mask as is
+    return tuple(kinds)
+
+
+def forward_tree(
+    model: torch.nn.Module,
+    timelines: Sequence[Timeline],
+    pad_id: int = 0,
+    *,
+    group_key: Callable[[Timeline], Hashable] | None = None,
+) -> Outputs:
+    """`forward_timelines` with shared prefixes computed once (plans, then runs the plan)."""
+    plan = plan_packing(
+        timelines, ModelShape.from_model(model), group_key=group_key, kinds=packing_kinds(model)
+    )
+    return forward_packed(model, plan, pad_id)
+
+
+def forward_packed(model: torch.nn.Module, plan: PackPlan, pad_id: int = 0) -> Outputs:
+    """Runs a `PackPlan`; returns what `forward_timelines(model, plan.timelines)` returns."""
+    n = len(plan.timelines)
+    logprobs: list[torch.Tensor | None] = [None] * n
+    entropy: list[torch.Tensor | None] = [None] * n
+    row_ids = [i for u in plan.units if u.kind == "rows" for i in u.timelines]
+    if row_ids:
+        lps, ents = forward_timelines(model, [plan.timelines[i] for i in row_ids], pad_id)
+        for i, lp, ent in zip(row_ids, lps, ents):
+            logprobs[i], entropy[i] = lp, ent
+    trees = [u for u in plan.units if u.kind == "tree"]
+    if trees:
+        attention.register()
+        with attention.use_attention(model, attention.ATTN_IMPLEMENTATION):
+            for unit in trees:
+                _assemble(unit, _run_tree(model, unit), plan.timelines, logprobs, entropy)
+    for unit in plan.units:
+        if unit.kind == "dense":
+            _assemble(unit, _run_dense(model, unit), plan.timelines, logprobs, entropy)
+    missing = [i for i in range(n) if logprobs[i] is None]
+    if missing:
+        raise ValueError(f"plan leaves timelines {missing[:5]} without outputs")
+    return [x for x in logprobs if x is not None], [x for x in entropy if x is not None]
+
+
+def _run_tree(model: torch.nn.Module, unit: PackUnit) -> list[torch.Tensor]:
+    """Segment by segment; each layer's attention reads the ancestors' K/V blocks as they
+    are (differentiable: the backward of a branch reaches its prefix through them)."""
+    config: Any = model.config
+    n_layers = int(config.num_hidden_layers)
+    has_children = {s.parent for s in unit.segments}
+    past: dict[int, list[list[attention.KV]]] = {-1: [[] for _ in range(n_layers)]}
+    logits: list[torch.Tensor] = []
+    for j, seg in enumerate(unit.segments):
+        ids_1_N = torch.tensor([seg.token_ids])
+        pos_1_N = torch.arange(seg.start, seg.start + len(seg)).unsqueeze(0)
+        with attention.tree_context(past[seg.parent]) as ctx:
+            out = model(input_ids=ids_1_N, position_ids=pos_1_N, use_cache=False)
+        logits.append(out.logits[0])
+        if j in has_children:
+            past[j] = [blocks + [ctx.own[i]] for i, blocks in enumerate(past[seg.parent])]
+    return logits
+
+
+def tree_mask(unit: PackUnit, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Position ids `[1, L]` and additive mask `[1, 1, L, L]` of the unit packed in one row:
+    a token sees its own segment causally and every token of its ancestor segments."""
+    S = len(unit.segments)
+    anc_S_S = torch.eye(S, dtype=torch.bool)
+    for j, seg in enumerate(unit.segments):  # parents come first: their rows are final
+        if seg.parent >= 0:
+            anc_S_S[j] |= anc_S_S[seg.parent]
+    seg_L = torch.cat([torch.full((len(s),), j) for j, s in enumerate(unit.segments)])
+    pos_L = torch.cat([torch.arange(s.start, s.start + len(s)) for s in unit.segments])
+    L = seg_L.shape[0]
+    # Ancestors precede a segment in the packed row, so "j <= i" is causal within a
+    # segment and true for every ancestor token.
+    allowed_L_L = anc_S_S[seg_L][:, seg_L] & torch.ones(L, L, dtype=torch.bool).tril()
+    mask_L_L = torch.zeros(L, L, dtype=dtype).masked_fill(~allowed_L_L, torch.finfo(dtype).min)
+    return pos_L.unsqueeze(0), mask_L_L[None, None]
+
+
+def _run_dense(model: torch.nn.Module, unit: PackUnit) -> list[torch.Tensor]:
+    dtype = next(model.parameters()).dtype
+    pos_1_L, mask_1_1_L_L = tree_mask(unit, dtype)
+    ids_1_L = torch.tensor([[t for s in unit.segments for t in s.token_ids]])
+    out = model(input_ids=ids_1_L, position_ids=pos_1_L, attention_mask=mask_1_1_L_L)
+    logits_L_V = out.logits[0]
+    return list(torch.split(logits_L_V, [len(s) for s in unit.segments]))
+
+
+def _assemble(
+    unit: PackUnit,
+    logits_per_segment: Sequence[torch.Tensor],
+    timelines: Sequence[Timeline],
+    logprobs: list[torch.Tensor | None],
+    entropy: list[torch.Tensor | None],
+) -> None:
+    """Each timeline's outputs from its segments' logits. Inside a segment every timeline
+    predicts the same next token, so log-softmax runs once per distinct temperature
+    pattern; a segment's last position predicts the first token of the timeline's next
+    segment, which differs between branches."""
+    done: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = {}
+    for ti, path in zip(unit.timelines, unit.paths):
+        t = timelines[ti]
+        lps: list[torch.Tensor] = []
+        ents: list[torch.Tensor] = []
+        for k, s in enumerate(path):
+            seg, logits_N_V = unit.segments[s], logits_per_segment[s]
+            g, N = seg.start, len(seg)
+            if N > 1:
+                temps = tuple(t.temperatures[g + 1: g + N])
+                key: Hashable = (s, temps)
+                if key not in done:
+                    done[key] = token_logprobs(
+                        logits_N_V[None, : N - 1], torch.tensor([seg.token_ids[1:]]),
+                        _temps(temps)[None],
+                    )
+                lps.append(done[key][0][0])
+                ents.append(done[key][1][0])
+            if k + 1 < len(path):
+                nxt, temp = t.token_ids[g + N], t.temperatures[g + N]
+                key = (s, nxt, temp)
+                if key not in done:
+                    done[key] = token_logprobs(
+                        logits_N_V[None, N - 1:], torch.tensor([[nxt]]), _temps([temp])[None]
+                    )
+                lps.append(done[key][0][0])
+                ents.append(done[key][1][0])
+        logprobs[ti] = torch.cat(lps) if lps else torch.zeros(0)
+        entropy[ti] = torch.cat(ents) if ents else torch.zeros(0)
+
+
+__all__ = [
+    "KINDS", "forward_packed", "forward_timelines", "forward_tree", "packing_kinds",
+    "token_logprobs", "tree_mask",
+]
