@@ -15,6 +15,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _torch_threads() -> None:
+    """Half the cores for torch, as the server picks: on a shared 2-core machine an
+    OpenMP team of 2 spins against every other process and runs many times slower."""
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
+
+
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model cache shared by the session's in-process and subprocess servers."""
