@@ -55,7 +55,8 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
     # -- training
     p.add_argument("--train", action="store_true", help="train the models on ended episodes")
     p.add_argument("--train-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="trainer setting, e.g. batch_episodes=32 (repeatable)")
+                   help="trainer setting, e.g. lr=1e-5, adv_estimator=rloo, policy_loss=gspo, "
+                        "batch_rule=groups (repeatable); '--train-option help' lists them all")
     p.add_argument("--resume", type=Path, help="resume training from this checkpoint directory")
     return p
 
@@ -87,9 +88,22 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if "help" in args.train_option:
+        from swarmrl_server.trainer.config import describe_options
+
+        print(describe_options())
+        return
+    config = config_from_args(args)
+    if config.train:  # a bad train option fails here, before any model loads
+        from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
+
+        try:
+            TrainerConfig.from_options(config.train_options)
+        except TrainerConfigError as exc:
+            raise SystemExit(f"swarmrl serve: error: {exc}") from None
     from swarmrl_server.app import serve  # heavy imports (torch) after --help
 
-    asyncio.run(serve(config_from_args(args)))
+    asyncio.run(serve(config))
 
 
 if __name__ == "__main__":

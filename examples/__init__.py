@@ -1,0 +1,1 @@
+"""Runnable agents and tasks for swarmrl (`python -m examples.demo`)."""

@@ -1,0 +1,169 @@
+"""Checkpoints: everything a trainer needs to continue exactly where it stopped.
+
+Layout: ``<data_dir>/checkpoints/<model>/step-<N>/`` holding
+
+- the model in HF format (``model.safetensors``, config, tokenizer), so a checkpoint
+  is also something ``swarmrl serve --model DIR`` can serve;
+- ``optimizer.pt`` (AdamW state) and ``rng.pt`` (torch, numpy and random states);
+- ``trainer_state.json``: model name, step, policy version, trainer config and the
+  ids of the episodes consumed up to this step.
+
+Writes are atomic: everything goes to a temporary sibling directory that is
+renamed into place, so a crash mid-write leaves the previous checkpoint as the
+latest one. Only the most recent `keep` checkpoints are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STATE_FILE = "trainer_state.json"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "vocab.json", "merges.txt", "chat_template.jinja", "generation_config.json")
+
+
+@dataclass
+class TrainerState:
+    model: str
+    step: int
+    policy_version: int
+    config: dict[str, Any]
+    consumed: list[str]
+    """Episode ids consumed (trained or dropped) up to and including `step`."""
+
+
+def checkpoint_root(data_dir: Path, model: str) -> Path:
+    return data_dir / "checkpoints" / model
+
+
+def rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+            "random": random.getstate()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["random"])
+
+
+def save(
+    root: Path,
+    state: TrainerState,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    *,
+    source_dir: Path | None = None,
+    keep: int = 3,
+) -> Path:
+    """Writes step-N under `root` atomically; returns its path. Prunes older ones."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{state.step}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".step-{state.step}-", dir=root))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if source_dir is not None:  # the tokenizer, so the checkpoint is servable as is
+            for name in _TOKENIZER_FILES:
+                if (source_dir / name).is_file() and not (tmp / name).exists():
+                    shutil.copy2(source_dir / name, tmp / name)
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(rng_state(), tmp / "rng.pt")
+        (tmp / STATE_FILE).write_text(json.dumps(state.__dict__, indent=1))
+        _fsync_dir_files(tmp)
+        if final.exists():  # re-saving a step (e.g. on stop right after a periodic save)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    prune(root, keep)
+    return final
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir_files(path: Path) -> None:
+    for f in path.iterdir():
+        if f.is_file():
+            _fsync(f)
+    _fsync(path)
+
+
+def list_steps(root: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints under `root`, oldest first."""
+    if not root.is_dir():
+        return []
+    out = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and (p / STATE_FILE).is_file():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def prune(root: Path, keep: int) -> None:
+    steps = list_steps(root)
+    for _, path in steps[: max(len(steps) - keep, 0)]:
+        shutil.rmtree(path, ignore_errors=True)
+    for p in root.glob(".step-*"):  # temp dirs of writes a crash interrupted
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def resolve(path: Path, model: str) -> Path:
+    """The checkpoint `--resume PATH` means for `model`.
+
+    PATH may be a step directory, a model's checkpoint folder (latest step), the
+    ``checkpoints`` folder, or a data dir (latest step of `model` under it).
+    """
+    path = path.expanduser()
+    if (path / STATE_FILE).is_file():
+        return path
+    for root in (path, path / model, path / "checkpoints" / model):
+        steps = list_steps(root)
+        if steps:
+            return steps[-1][1]
+    raise FileNotFoundError(f"no checkpoint of model {model!r} under {path}")
+
+
+def load_state(path: Path) -> TrainerState:
+    return TrainerState(**json.loads((path / STATE_FILE).read_text()))
+
+
+def load_into(path: Path, model: Any, optimizer: torch.optim.Optimizer) -> TrainerState:
+    """Loads weights, optimizer and RNG states from a checkpoint; returns its trainer state."""
+    from safetensors.torch import load_file
+
+    state = load_state(path)
+    weights = load_file(str(path / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    # Tied weights (lm_head = embed_tokens) are saved once; anything else missing is an error.
+    tied = set(getattr(model, "_tied_weights_keys", None) or {})
+    if isinstance(getattr(model, "_tied_weights_keys", None), dict):
+        tied = set(model._tied_weights_keys)
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not fit the model: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    model.tie_weights()
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    return state

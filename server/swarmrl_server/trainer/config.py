@@ -1,0 +1,232 @@
+"""Trainer settings: one frozen dataclass, filled from `swarmrl serve --train-option KEY=VALUE`.
+
+Every field has a docstring (they are the reference for `--train-option`). Unknown
+keys, values of the wrong type and names that verl's registries do not know are
+rejected at start-up with the valid choices listed: an option that is silently
+ignored would train something other than what the user asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, get_type_hints
+
+BATCH_RULES = ("episodes", "groups", "varied_groups", "clients")
+PARTIAL_GROUPS = ("wait", "train")
+MODES = ("async", "sync")
+
+
+class TrainerConfigError(ValueError):
+    """A trainer setting is unknown or invalid (raised at server start-up)."""
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """How a model is trained on the episodes clients end."""
+
+    # -- algorithm (names from verl.trainer.ppo.core_algos registries) -----------------
+    adv_estimator: str = "grpo"
+    """verl advantage estimator: grpo, rloo, reinforce_plus_plus, ... (outcome estimators)."""
+    policy_loss: str = "vanilla"
+    """verl policy loss: vanilla (PPO-clip), gspo, cispo, ... (verl's POLICY_LOSS_REGISTRY)."""
+    loss_agg_mode: str = "token-mean"
+    """verl agg_loss mode. A "sequence" is an episode (its generated tokens across all of its
+    rows), so every mode is independent of how an episode split into rows; the seq-mean
+    modes also give every episode the same weight."""
+    norm_adv_by_std_in_grpo: bool = True
+    """GRPO: divide by the group's std (False gives Dr. GRPO)."""
+    gamma: float = 1.0
+    """Discount, for estimators that use one (REINFORCE++)."""
+    clip_ratio: float = 0.2
+    """PPO clip range epsilon."""
+    clip_ratio_low: float | None = None
+    """Lower clip range (default: clip_ratio)."""
+    clip_ratio_high: float | None = None
+    """Upper clip range (default: clip_ratio); > clip_ratio gives DAPO's clip-higher."""
+    clip_ratio_c: float = 3.0
+    """Dual-clip bound for negative advantages (vanilla loss)."""
+    dro_beta: float | None = None
+    """DRO loss: its beta (policy_loss=dro needs one > 0)."""
+    entropy_coeff: float = 0.0
+    """Weight of the entropy bonus (0 = none)."""
+    kl_coef: float = 0.0
+    """Weight of the KL penalty to the frozen initial model (0 = no reference model)."""
+    kl_penalty: str = "low_var_kl"
+    """verl kl_penalty estimator: kl/k1, abs, mse/k2, low_var_kl/k3 (suffix + for k2 gradient)."""
+
+    # -- optimizer --------------------------------------------------------------------
+    lr: float = 1e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.999
+    """AdamW beta2."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 = no clipping)."""
+    micro_batch_tokens: int = 8192
+    """Token budget of one forward/backward (padded rows x length); gradients accumulate."""
+    mini_batches: int = 1
+    """Optimizer updates per batch (the batch is split by episodes)."""
+    ppo_epochs: int = 1
+    """Passes over each batch."""
+
+    # -- batching ---------------------------------------------------------------------
+    batch_rule: str = "episodes"
+    """When a batch is ready: episodes (batch_size episodes), groups (batch_size complete
+    groups), varied_groups (batch_size complete groups whose rewards are not all equal;
+    uniform groups are dropped and counted), clients (every active client declared done)."""
+    batch_size: int = 32
+    """Episodes (batch_rule=episodes) or groups (groups, varied_groups) per batch."""
+    group_size: int = 8
+    """Episodes per group: episodes with the same task id and group id are cut into groups
+    of this size in the order they ended. 0 = a group is whatever shares the ids."""
+    partial_groups: str = "wait"
+    """wait: a group trains only once it has group_size episodes; train: partial groups
+    train too."""
+
+    # -- staleness and scheduling -----------------------------------------------------
+    max_staleness: int = 4
+    """Drop episodes with tokens more than this many policy versions older than the weights
+    being trained (dropped episodes are counted in stale/dropped)."""
+    mode: str = "async"
+    """async: generation keeps running while the trainer works; sync: generation pauses
+    from batch-ready until the new weights are served."""
+    max_pending: int = 0
+    """Back-pressure (async mode): pause generation while more than this many ended
+    episodes are ready to train, until half of them are trained (0 = never pause). Keeps
+    a slow trainer from falling behind and dropping stale work. Not with batch_rule=clients
+    (clients could not finish the episodes they need to declare done)."""
+    max_steps: int = 0
+    """Stop training after this many steps (0 = never)."""
+
+    # -- checkpoints, logs ------------------------------------------------------------
+    checkpoint_every: int = 10
+    """Checkpoint every N steps (0 = only on request and at shutdown)."""
+    keep_checkpoints: int = 3
+    """How many of the most recent checkpoints to keep."""
+    checkpoint_on_stop: bool = True
+    """Checkpoint when the server stops (if anything was trained since the last one)."""
+    seed: int = 0
+    """Seeds torch, numpy and random in the trainer."""
+    packing: bool = False
+    """Forward shared prefixes once (tree packing, timelines.pack) instead of row by row."""
+    progress: bool = True
+    """Show a console progress bar of training steps."""
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> TrainerConfig:
+        """Parses `--train-option` strings; raises TrainerConfigError naming the bad key."""
+        hints = get_type_hints(cls)
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, text in options.items():
+            if key not in known:
+                raise TrainerConfigError(
+                    f"unknown train option {key!r}; valid options: {', '.join(sorted(known))}"
+                )
+            values[key] = _parse(key, text, hints[key])
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def replace(self, **changes: Any) -> TrainerConfig:
+        config = dataclasses.replace(self, **changes)
+        config.validate()
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> None:
+        """Checks ranges and choices, and names against verl's registries."""
+        from swarmrl_server.trainer.algorithms import check_names
+
+        _choice("batch_rule", self.batch_rule, BATCH_RULES)
+        _choice("partial_groups", self.partial_groups, PARTIAL_GROUPS)
+        _choice("mode", self.mode, MODES)
+        positive = ("batch_size", "micro_batch_tokens", "mini_batches", "ppo_epochs",
+                    "keep_checkpoints")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise TrainerConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
+        for name in ("group_size", "max_staleness", "max_steps", "checkpoint_every", "max_pending"):
+            if getattr(self, name) < 0:
+                raise TrainerConfigError(f"{name} must be >= 0; got {getattr(self, name)}")
+        for name in ("lr", "clip_ratio"):
+            if not getattr(self, name) > 0:
+                raise TrainerConfigError(f"{name} must be > 0; got {getattr(self, name)}")
+        for name in ("weight_decay", "grad_clip", "entropy_coeff", "kl_coef"):
+            if getattr(self, name) < 0:
+                raise TrainerConfigError(f"{name} must be >= 0; got {getattr(self, name)}")
+        if self.clip_ratio_c <= 1:
+            raise TrainerConfigError(f"clip_ratio_c must be > 1; got {self.clip_ratio_c}")
+        if self.policy_loss == "dro" and not (self.dro_beta and self.dro_beta > 0):
+            raise TrainerConfigError("policy_loss=dro needs dro_beta > 0")
+        if self.batch_rule == "varied_groups" and self.group_size == 1:
+            raise TrainerConfigError(
+                "batch_rule=varied_groups needs groups of more than one episode (group_size != 1)"
+            )
+        if self.max_pending and self.batch_rule == "clients":
+            raise TrainerConfigError("max_pending cannot pace generation with batch_rule=clients")
+        check_names(self)
+        if self.packing:
+            from swarmrl_server.trainer.trainer import packed_forward
+
+            packed_forward()
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise TrainerConfigError(f"{name}={value!r} is not one of: {', '.join(choices)}")
+
+
+def _parse(key: str, text: str, hint: Any) -> Any:
+    """Turns an option string into the field's type (bool, int, float, optional float, str)."""
+    text = text.strip()
+    hint_text = str(hint)
+    try:
+        if hint is bool or hint_text == "bool":
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if hint is int or hint_text == "int":
+            return int(text)
+        if "float" in hint_text:
+            if "None" in hint_text and text.lower() in ("", "none", "null"):
+                return None
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+            return value
+        return text
+    except ValueError:
+        raise TrainerConfigError(f"train option {key}={text!r}: expected {hint_text}") from None
+
+
+def describe_options() -> str:
+    """Every train option with its default and docstring (for `--train-option help`)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(TrainerConfig)))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    lines = ["train options (--train-option KEY=VALUE):"]
+    for f in fields(TrainerConfig):
+        lines.append(f"  {f.name}={f.default}")
+        if f.name in docs:
+            lines.extend("      " + line for line in textwrap.wrap(docs[f.name], 84))
+    return "\n".join(lines)

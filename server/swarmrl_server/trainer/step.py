@@ -1,0 +1,290 @@
+"""One training step: episodes → rows → forward → episode-major tensors → verl loss → step.
+
+Shapes: `_E` episodes, `_L` an episode's generated tokens (concatenated across its
+rows, right-padded), `_T` tokens of a row. An episode's rows always share a
+micro-batch, and verl's `agg_loss` gets the size of the whole (mini-)batch, so
+accumulating micro-batch gradients gives exactly the gradient of the whole batch.
+
+This module is synchronous torch code; the trainer runs it off the event loop.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from swarmrl_server.store.records import EpisodeRecord
+from swarmrl_server.timelines.logprobs import forward_timelines
+from swarmrl_server.timelines.merge import MergeStats, Timeline, merge_calls
+from swarmrl_server.trainer import algorithms
+from swarmrl_server.trainer.config import TrainerConfig
+
+ForwardFn = Callable[
+    [torch.nn.Module, Sequence[Timeline], int], tuple[list[torch.Tensor], list[torch.Tensor]]
+]
+"""(model, rows, pad id) -> per-row logprobs and entropies aligned with token_ids[1:]."""
+
+
+@dataclass
+class EpisodeRows:
+    """One episode's training data for one model."""
+
+    episode_id: str
+    uid: str
+    """Group id (verl's `index`): episodes that share it are compared with each other."""
+    task_id: str
+    reward: float
+    rows: list[Timeline]
+    """Timelines the episode's calls merged into (one, unless the history forked)."""
+
+    @property
+    def num_generated(self) -> int:
+        return sum(r.num_generated for r in self.rows)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(r) for r in self.rows)
+
+    @property
+    def policy_versions(self) -> list[int]:
+        return [v for r in self.rows for v, m in zip(r.policy_versions, r.loss_mask) if m]
+
+    def old_logprobs_L(self) -> torch.Tensor:
+        """Logprobs recorded at generation time, in the order `gather` concatenates."""
+        return torch.tensor(
+            [lp for r in self.rows for lp, m in zip(r.old_logprobs[1:], r.loss_mask[1:]) if m],
+            dtype=torch.float32,
+        )
+
+
+def episode_rows(episode: EpisodeRecord, model: str, uid: str) -> tuple[EpisodeRows, MergeStats]:
+    """Merges the episode's calls to `model` into timelines (other models' calls are theirs)."""
+    calls = [c for c in episode.calls if c.model == model]
+    rows, stats = merge_calls(calls)
+    reward = float(episode.reward) if episode.reward is not None else math.nan
+    return EpisodeRows(episode.episode_id, uid, episode.task_id, reward, rows), stats
+
+
+def generated_mask(episodes: Sequence[EpisodeRows]) -> torch.Tensor:
+    """`[E, L]` mask of each episode's generated tokens (L = the longest episode)."""
+    lengths = [e.num_generated for e in episodes]
+    L = max(lengths, default=0)
+    mask_E_L = torch.zeros((len(episodes), max(L, 1)), dtype=torch.float32)
+    for i, n in enumerate(lengths):
+        mask_E_L[i, :n] = 1.0
+    return mask_E_L
+
+
+def micro_batches(episodes: Sequence[EpisodeRows], token_budget: int) -> list[list[int]]:
+    """Splits episode indices into micro-batches whose padded rows x length fit the budget.
+
+    Episodes never split (their rows share a micro-batch); one over budget goes alone.
+    """
+    out: list[list[int]] = []
+    current: list[int] = []
+    rows = longest = 0
+    for i, e in enumerate(episodes):
+        e_rows = len(e.rows)
+        e_longest = max((len(r) for r in e.rows), default=0)
+        cost = (rows + e_rows) * max(longest, e_longest)
+        if current and cost > token_budget:
+            out.append(current)
+            current, rows, longest = [], 0, 0
+        current.append(i)
+        rows += e_rows
+        longest = max(longest, e_longest)
+    if current:
+        out.append(current)
+    return out
+
+
+def gather(
+    episodes: Sequence[EpisodeRows], per_row: Sequence[torch.Tensor], L: int
+) -> torch.Tensor:
+    """Episode-major `[E, L]` from per-row values aligned with token_ids[1:] (rows in order)."""
+    out: list[torch.Tensor] = []
+    k = 0
+    for e in episodes:
+        pieces = []
+        for row in e.rows:
+            mask_T = torch.tensor(row.loss_mask[1:], dtype=torch.bool)
+            pieces.append(per_row[k][mask_T])
+            k += 1
+        flat = torch.cat(pieces) if pieces else per_row[0].new_zeros(0)
+        out.append(torch.nn.functional.pad(flat, (0, L - flat.shape[0])))
+    return torch.stack(out)
+
+
+@dataclass
+class StepStats:
+    """What one step did (summed or token-weighted over its micro-batches)."""
+
+    loss: float = 0.0
+    pg_loss: float = 0.0
+    entropy: float = 0.0
+    kl_ref: float = 0.0
+    grad_norm: float = 0.0
+    tokens_trained: int = 0
+    tokens_forward: int = 0
+    micro_batches: int = 0
+    updates: int = 0
+    verl: dict[str, float] = field(default_factory=dict)
+    """Token-weighted means of the metrics verl's policy loss returned (actor/pg_clipfrac, ...)."""
+    forward_backward_s: float = 0.0
+    optimizer_s: float = 0.0
+
+    def to_metrics(self) -> dict[str, float]:
+        out = {
+            "loss/total": self.loss, "loss/pg": self.pg_loss, "actor/entropy": self.entropy,
+            "actor/grad_norm": self.grad_norm, "actor/tokens_trained": self.tokens_trained,
+            "actor/tokens_forward": self.tokens_forward, "actor/micro_batches": self.micro_batches,
+            "actor/updates": self.updates, "time/forward_backward_s": self.forward_backward_s,
+            "time/optimizer_s": self.optimizer_s,
+        }
+        out.update(self.verl)
+        if self.kl_ref:
+            out["actor/kl_ref"] = self.kl_ref
+        return out
+
+
+class StepRunner:
+    """Runs training steps for one model: owns its verl ActorConfig and forward function."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        config: TrainerConfig,
+        *,
+        pad_id: int,
+        ref_model: torch.nn.Module | None = None,
+        forward: ForwardFn | None = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.config = config
+        self.pad_id = pad_id
+        self.ref_model = ref_model
+        self.forward: ForwardFn = forward or forward_timelines
+        self.actor_cfg = algorithms.actor_config(config)
+
+    def advantages(self, episodes: Sequence[EpisodeRows]) -> torch.Tensor:
+        """`[E, L]` advantages of the whole batch (groups are compared across mini-batches)."""
+        rewards_E = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
+        return algorithms.compute_advantages(
+            rewards_E, generated_mask(episodes), [e.uid for e in episodes], self.config
+        )
+
+    def run(
+        self, episodes: Sequence[EpisodeRows], advantages_E_L: torch.Tensor | None = None
+    ) -> StepStats:
+        """ppo_epochs x mini_batches optimizer updates over `episodes` (advantages computed
+        here unless given)."""
+        stats = StepStats()
+        if advantages_E_L is None:
+            advantages_E_L = self.advantages(episodes)
+        n_mini = min(self.config.mini_batches, len(episodes))
+        bounds = [round(i * len(episodes) / n_mini) for i in range(n_mini + 1)]
+        self.model.train()
+        for _epoch in range(self.config.ppo_epochs):
+            for lo, hi in zip(bounds, bounds[1:]):
+                self._update(episodes[lo:hi], advantages_E_L[lo:hi], stats)
+        if stats.tokens_trained:
+            for key in stats.verl:
+                stats.verl[key] /= stats.tokens_trained
+            stats.entropy /= stats.tokens_trained
+            stats.kl_ref /= stats.tokens_trained
+        stats.loss /= max(stats.updates, 1)
+        stats.pg_loss /= max(stats.updates, 1)
+        stats.grad_norm /= max(stats.updates, 1)
+        return stats
+
+    def _update(
+        self, episodes: Sequence[EpisodeRows], advantages_E_L: torch.Tensor, stats: StepStats
+    ) -> None:
+        """One optimizer update on a mini-batch, accumulating micro-batch gradients."""
+        t0 = time.perf_counter()
+        mask_E_L = generated_mask(episodes)
+        L = mask_E_L.shape[1]
+        algorithms.set_global_batch(
+            self.actor_cfg, num_tokens=int(mask_E_L.sum()), num_episodes=len(episodes),
+            # A fixed horizon, so seq-mean-token-sum-norm scales every micro-batch alike.
+            loss_scale_factor=L,
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        for idx in micro_batches(episodes, self.config.micro_batch_tokens):
+            mb = [episodes[i] for i in idx]
+            loss, pg_loss, parts = self._micro_batch_loss(mb, advantages_E_L[idx], mask_E_L[idx], L)
+            loss.backward()
+            n = int(mask_E_L[idx].sum())
+            stats.loss += float(loss.detach())
+            stats.pg_loss += float(pg_loss)
+            stats.tokens_trained += n
+            stats.tokens_forward += sum(e.num_tokens for e in mb)
+            stats.micro_batches += 1
+            stats.entropy += parts.pop("_entropy_sum", 0.0)
+            stats.kl_ref += parts.pop("_kl_sum", 0.0)
+            for key, value in parts.items():
+                stats.verl[key] = stats.verl.get(key, 0.0) + value * n
+        t1 = time.perf_counter()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.config.grad_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+        else:
+            norm = torch.linalg.vector_norm(
+                torch.stack([p.grad.norm() for p in params if p.grad is not None])
+            )
+        if torch.isfinite(norm):
+            self.optimizer.step()
+        # else: a non-finite gradient would poison the weights; skip the update (counted
+        # as grad_norm=inf in the metrics).
+        self.optimizer.zero_grad(set_to_none=True)
+        stats.grad_norm += float(norm)
+        stats.updates += 1
+        stats.forward_backward_s += t1 - t0
+        stats.optimizer_s += time.perf_counter() - t1
+
+    def _micro_batch_loss(
+        self,
+        episodes: Sequence[EpisodeRows],
+        advantages_E_L: torch.Tensor,
+        mask_E_L: torch.Tensor,
+        L: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        rows = [r for e in episodes for r in e.rows]
+        logprobs_R, entropy_R = self.forward(self.model, rows, self.pad_id)
+        logprobs_E_L = gather(episodes, logprobs_R, L)
+        old_logprobs_E_L = torch.stack([
+            torch.nn.functional.pad(e.old_logprobs_L(), (0, L - e.num_generated)) for e in episodes
+        ])
+        pg_loss, metrics = algorithms.policy_loss(
+            self.actor_cfg, old_logprobs_E_L, logprobs_E_L, advantages_E_L, mask_E_L
+        )
+        loss = pg_loss
+        entropy_E_L = gather(episodes, entropy_R, L)
+        if self.config.entropy_coeff > 0:
+            loss = loss - self.config.entropy_coeff * algorithms.agg_loss(
+                self.actor_cfg, entropy_E_L, mask_E_L
+            )
+        metrics["_entropy_sum"] = float((entropy_E_L.detach() * mask_E_L).sum())
+        if self.ref_model is not None and self.config.kl_coef > 0:
+            with torch.no_grad():
+                ref_R, _ = self.forward(self.ref_model, rows, self.pad_id)
+            ref_logprobs_E_L = gather(episodes, ref_R, L)
+            kl_E_L = algorithms.kl_penalty(logprobs_E_L, ref_logprobs_E_L, self.config.kl_penalty)
+            kl_loss = algorithms.agg_loss(self.actor_cfg, kl_E_L, mask_E_L)
+            loss = loss + self.config.kl_coef * kl_loss
+            metrics["_kl_sum"] = float((kl_E_L.detach() * mask_E_L).sum())
+        return loss, pg_loss.detach(), metrics
+
+
+def sequence_logprob(model: torch.nn.Module, episode: EpisodeRows, pad_id: int) -> float:
+    """Sum of the current logprobs of an episode's generated tokens (tests, diagnostics)."""
+    with torch.no_grad():
+        logprobs_R, _ = forward_timelines(model, episode.rows, pad_id)
+        return float(gather([episode], logprobs_R, max(episode.num_generated, 1)).sum())
+

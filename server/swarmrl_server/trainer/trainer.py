@@ -1,0 +1,401 @@
+"""The trainer of one hosted model: ended episodes in, new weights out.
+
+Loop: wait for ended episodes → the batcher says a batch is ready → drop what is
+too stale (counted) → advantages and loss from verl → AdamW step (on a worker
+thread, so the gRPC event loop keeps serving) → policy version + 1 → weights
+pushed to the engine → episodes marked consumed in the store → metrics →
+checkpoint when due.
+
+The trainer owns its own copy of the model, loaded from the host's directory, and
+talks to the engine only through `Engine.update_weights`: on CPU the two could
+share a module, but on GPU they are different processes, and the interface is the
+same for both.
+
+Exactly once: an episode is consumed (trained or dropped) in exactly one step,
+recorded in the store with that step. A restarted server resumes from a
+checkpoint, un-consumes the episodes of later steps and trains them again; every
+ended episode that no step consumed is picked up at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import torch
+
+from swarmrl_server.errors import Reason, precondition
+from swarmrl_server.store.records import EpisodeRecord, EpisodeState
+from swarmrl_server.timelines.merge import MergeStats
+from swarmrl_server.trainer import checkpoint, metrics
+from swarmrl_server.trainer.batching import Batcher, BatchPlan
+from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
+from swarmrl_server.trainer.step import (
+    EpisodeRows,
+    ForwardFn,
+    StepRunner,
+    episode_rows,
+    generated_mask,
+)
+
+if TYPE_CHECKING:
+    from swarmrl_server.hosting import ModelHost
+    from swarmrl_server.swarm import Swarm
+
+log = structlog.get_logger("swarmrl.trainer")
+
+POLL_S = 1.0
+"""How often the loop re-checks without a wake-up (client sessions come and go)."""
+
+
+def packed_forward() -> ForwardFn:
+    """The tree-packed forward (shared prefixes computed once), for `packing=true`.
+
+    It shares prefixes across the whole micro-batch: identical token prefixes give
+    identical activations under causal attention, whichever episodes they belong to
+    (a GRPO group's common prompt is the big win)."""
+    try:
+        from swarmrl_server.timelines.logprobs import forward_tree
+    except ImportError as exc:
+        raise TrainerConfigError(
+            "packing=true needs swarmrl_server.timelines.logprobs.forward_tree, which this "
+            "build does not have"
+        ) from exc
+    return forward_tree
+
+
+class Trainer:
+    """Trains one model on the episodes that call it."""
+
+    def __init__(
+        self, swarm: Swarm, host: ModelHost, config: TrainerConfig, *, log_dir: Path | None = None
+    ) -> None:
+        if host.path is None:
+            raise TrainerConfigError(f"model {host.name!r} has no weights directory to train from")
+        self.swarm = swarm
+        self.host = host
+        self.name = host.name
+        self.config = config
+        self.data_dir = swarm.data_dir
+        self.log_dir = log_dir if log_dir is not None else swarm.data_dir
+        self.batcher = Batcher(config)
+        self.step = 0
+        self.policy_version = 0
+        self.last_checkpoint_step = -1
+        self.dropped_total: dict[str, int] = {}
+        self.error: BaseException | None = None
+        """Set when a step failed; training stops, the server keeps serving."""
+        self._pending: dict[str, EpisodeRecord] = {}
+        self._new: list[str] = []
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()  # a step and a checkpoint never overlap
+        self._stepped = asyncio.Condition()
+        self._last_step_end = time.monotonic()
+        self._paused_reason: str | None = None
+        self._unreported: dict[str, int] = {}
+        self.model: Any = None
+        self.runner: StepRunner | None = None
+        self.writer: metrics.MetricsWriter | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self, resume: Path | None = None) -> None:
+        """Loads the model (and a checkpoint), picks up unconsumed episodes, starts the loop."""
+        forward = packed_forward() if self.config.packing else None
+        await asyncio.to_thread(self._build, forward)
+        store = self.swarm.store
+        if resume is not None:
+            path = checkpoint.resolve(resume, self.name)
+            assert self.runner is not None
+            state = await asyncio.to_thread(
+                checkpoint.load_into, path, self.model, self.runner.optimizer)
+            if state.model != self.name:
+                raise TrainerConfigError(
+                    f"checkpoint {path} is of model {state.model!r}, not {self.name!r}")
+            self.step = self.last_checkpoint_step = state.step
+            self.policy_version = state.policy_version
+            # Steps after the checkpoint never happened as far as the weights know.
+            await store.forget_consumed_after(self.name, state.step)
+            known = await store.consumed_episodes(self.name)
+            missing = [e for e in state.consumed if e not in known]
+            if missing:  # a checkpoint carried into a fresh data dir still trains nothing twice
+                await store.mark_consumed(self.name, missing, state.step)
+            await self._push_weights()
+            log.info("trainer_resumed", model=self.name, checkpoint=str(path), step=self.step,
+                     policy_version=self.policy_version)
+        else:
+            self.policy_version = self.host.engine.policy_version
+            earlier = await store.consumed_episodes(self.name)
+            if earlier:
+                log.warning("trainer_fresh_start", model=self.name, consumed_earlier=len(earlier),
+                            hint="pass --resume to continue from a checkpoint")
+        for record in await store.unconsumed_ended_episodes(self.name):
+            self._pending[record.episode_id] = record
+        self.writer = metrics.MetricsWriter(
+            self.name, self.log_dir, progress=self.config.progress,
+            total_steps=self.config.max_steps or None, initial_step=self.step,
+        )
+        self._task = asyncio.create_task(self._run(), name=f"trainer-{self.name}")
+        self._wake.set()
+
+    def _build(self, forward: ForwardFn | None) -> None:
+        from swarmrl_server.models import load_model
+
+        torch.manual_seed(self.config.seed)
+        model, tokenizer = load_model(self.host.path)  # type: ignore[arg-type]
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            pad = tokenizer.eos_token_id
+        model.train()
+        ref = None
+        if self.config.kl_coef > 0:
+            ref, _ = load_model(self.host.path)  # type: ignore[arg-type]
+            ref.requires_grad_(False)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay,
+            betas=(self.config.adam_beta1, self.config.adam_beta2),
+        )
+        self.model = model
+        self.runner = StepRunner(model, optimizer, self.config, pad_id=int(pad), ref_model=ref,
+                                 forward=forward)
+
+    async def stop(self) -> None:
+        """Finishes the step in progress, checkpoints (if configured) and stops."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if (self.config.checkpoint_on_stop and self.data_dir is not None and self.error is None
+                and self.step > max(self.last_checkpoint_step, 0)):
+            await self.save_checkpoint()
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    # -- inputs ------------------------------------------------------------------------
+
+    def notify_episode_ended(self, record: EpisodeRecord) -> None:
+        """Called by the swarm when an episode that lists this model ends."""
+        self._new.append(record.episode_id)
+        self._wake.set()
+
+    def declare_done(self, session_id: str) -> None:
+        """A client declares its share of the current batch done (batch_rule=clients)."""
+        self.batcher.declare_done(session_id)
+        self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Ended episodes waiting to be trained."""
+        return len(self._pending)
+
+    async def wait_for_step(self, step: int, timeout: float = 60.0) -> None:
+        """Waits until `step` steps are done (tests, demos)."""
+        async def reached() -> None:
+            async with self._stepped:
+                await self._stepped.wait_for(lambda: self.step >= step or self.error is not None)
+        await asyncio.wait_for(reached(), timeout)
+        if self.error is not None:
+            raise RuntimeError(f"trainer {self.name} failed") from self.error
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    async def save_checkpoint(self) -> Path:
+        if self.data_dir is None:
+            raise precondition(Reason.NOT_TRAINABLE,
+                               "the server keeps no data dir (--data-dir), so it cannot checkpoint")
+        async with self._lock:
+            return await self._save_checkpoint_locked()
+
+    async def _save_checkpoint_locked(self) -> Path:
+        assert self.data_dir is not None and self.runner is not None
+        consumed = await self.swarm.store.consumed_episodes(self.name)
+        state = checkpoint.TrainerState(
+            model=self.name, step=self.step, policy_version=self.policy_version,
+            config=self.config.to_dict(),
+            consumed=sorted(e for e, s in consumed.items() if s <= self.step),
+        )
+        path = await asyncio.to_thread(
+            checkpoint.save, checkpoint.checkpoint_root(self.data_dir, self.name), state,
+            self.model, self.runner.optimizer, source_dir=self.host.path,
+            keep=self.config.keep_checkpoints,
+        )
+        self.last_checkpoint_step = self.step
+        log.info("checkpoint_saved", model=self.name, step=self.step, path=str(path))
+        return path
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while not self._stopping:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), POLL_S)
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+                while not self._stopping:
+                    plan = await self._next_plan()
+                    await self._pace()
+                    if plan is None:
+                        break
+                    async with self._lock:
+                        await self._train(plan)
+                    if self.config.max_steps and self.step >= self.config.max_steps:
+                        log.info("trainer_max_steps", model=self.name, step=self.step)
+                        return
+        except Exception as exc:  # a bug must not take the server down; it stops training
+            self.error = exc
+            log.exception("trainer_failed", model=self.name, step=self.step)
+            async with self._stepped:
+                self._stepped.notify_all()
+        finally:
+            await self._resume_generation()
+
+    async def _pace(self) -> None:
+        """Back-pressure: pause generation while too much ready work waits (max_pending)."""
+        limit = self.config.max_pending
+        if not limit:
+            return
+        ready = self.batcher.ready_episodes
+        if ready > limit and not self._stopping:
+            await self._pause_generation(f"trainer of {self.name} is behind: {ready} episodes wait")
+        elif ready <= limit // 2:
+            await self._resume_generation()
+
+    async def _pause_generation(self, reason: str) -> None:
+        if self.swarm.paused_reason is None:
+            await self.swarm.pause(reason)
+            self._paused_reason = self.swarm.paused_reason
+
+    async def _resume_generation(self) -> None:
+        """Lifts a pause only if this trainer made it (never an admin's or another's)."""
+        if self._paused_reason is not None and self.swarm.paused_reason == self._paused_reason:
+            await self.swarm.resume()
+        self._paused_reason = None
+
+    async def _next_plan(self) -> BatchPlan | None:
+        new, self._new = self._new, []
+        for episode_id in new:
+            record = await self.swarm.store.get_episode(episode_id, with_calls=True)
+            if (record is not None and record.state is EpisodeState.ENDED
+                    and any(c.model == self.name for c in record.calls)):
+                self._pending[episode_id] = record
+        return self.batcher.plan(list(self._pending.values()), self.swarm.active_session_ids())
+
+    def _rows(self, plan: BatchPlan, dropped: dict[str, list[EpisodeRecord]]
+              ) -> tuple[list[EpisodeRows], list[int], MergeStats]:
+        """The batch's rows, minus episodes too stale (or empty), each counted by reason."""
+        kept: list[EpisodeRows] = []
+        staleness: list[int] = []
+        merged = MergeStats()
+        for group in plan.groups:
+            members: list[tuple[EpisodeRows, int, MergeStats]] = []
+            for record in group.episodes:
+                rows, stats = episode_rows(record, self.name, group.uid)
+                if rows.num_generated == 0:
+                    dropped.setdefault("no_tokens", []).append(record)
+                    continue
+                stale = self.policy_version - min(rows.policy_versions)
+                if stale > self.config.max_staleness:
+                    dropped.setdefault("stale", []).append(record)
+                    continue
+                members.append((rows, stale, stats))
+            if len(group.episodes) > 1 and len(members) == 1:
+                # A lone survivor has no group to be compared with: its advantage would be
+                # its raw reward. Drop it rather than train on a biased signal.
+                dropped.setdefault("group_too_small", []).append(
+                    next(r for r in group.episodes if r.episode_id == members[0][0].episode_id))
+                continue
+            for rows, stale, stats in members:
+                kept.append(rows)
+                staleness.append(stale)
+                merged.add(stats)
+        return kept, staleness, merged
+
+    async def _train(self, plan: BatchPlan) -> None:
+        assert self.runner is not None and self.writer is not None
+        t0 = time.monotonic()
+        wait_s = t0 - self._last_step_end
+        dropped: dict[str, list[EpisodeRecord]] = {k: list(v) for k, v in plan.dropped.items()}
+        episodes, staleness, merged = self._rows(plan, dropped)
+        values: dict[str, float] = {}
+        if episodes and self.config.mode == "sync":
+            await self._pause_generation(f"training step {self.step + 1} of {self.name}")
+        try:
+            if episodes:
+                advantages_E_L = self.runner.advantages(episodes)
+                stats = await asyncio.to_thread(self.runner.run, episodes, advantages_E_L)
+                t_push = time.monotonic()
+                self.policy_version += 1
+                await self._push_weights()
+                values.update(stats.to_metrics())
+                values["time/push_s"] = time.monotonic() - t_push
+                values.update(metrics.advantage_metrics(advantages_E_L, generated_mask(episodes)))
+            step = self.step + 1
+            consumed = [e.episode_id for e in plan.episodes] + [
+                e.episode_id for es in plan.dropped.values() for e in es]
+            await self.swarm.store.mark_consumed(self.name, consumed, step)
+        finally:
+            if self.config.mode == "sync":
+                await self._resume_generation()
+        for episode_id in consumed:
+            self._pending.pop(episode_id, None)
+        if not episodes:  # only drops: counted now, reported with the next step's metrics
+            for reason, records in dropped.items():
+                self._unreported[reason] = self._unreported.get(reason, 0) + len(records)
+                self.dropped_total[reason] = self.dropped_total.get(reason, 0) + len(records)
+            log.info("episodes_dropped", model=self.name,
+                     **{k: len(v) for k, v in dropped.items()})
+            return
+        self.step = step
+        values.update(metrics.reward_metrics([e.reward for e in episodes],
+                                             [e.task_id for e in episodes]))
+        values.update(metrics.staleness_metrics(staleness))
+        values.update(metrics.merge_metrics(merged))
+        self._count_drops(dropped, values)
+        values.update({
+            "actor/policy_version": float(self.policy_version), "actor/lr": self.config.lr,
+            "batch/groups": float(len(plan.groups)), "batch/pending": float(len(self._pending)),
+            "time/step_s": time.monotonic() - t0, "time/wait_s": wait_s,
+        })
+        self.writer.write(self.step, values, staleness=staleness)
+        self._last_step_end = time.monotonic()
+        log.debug("train_step", model=self.name, step=self.step, reward=values.get("reward/mean"),
+                  loss=values.get("loss/total"))
+        if (self.config.checkpoint_every and self.data_dir is not None
+                and self.step % self.config.checkpoint_every == 0):
+            await self._save_checkpoint_locked()
+        async with self._stepped:
+            self._stepped.notify_all()
+
+    def _count_drops(
+        self, dropped: dict[str, list[EpisodeRecord]], values: dict[str, float]
+    ) -> None:
+        """drop/<reason> (since the last step's metrics) and drop/total_<reason>."""
+        counts = dict(self._unreported)
+        self._unreported.clear()
+        for reason, records in dropped.items():
+            counts[reason] = counts.get(reason, 0) + len(records)
+            self.dropped_total[reason] = self.dropped_total.get(reason, 0) + len(records)
+        usual = ("stale", "uniform_rewards", "no_tokens", "group_too_small")
+        reasons = dict.fromkeys((*usual, *counts))
+        for reason in reasons:
+            self.dropped_total.setdefault(reason, 0)
+            values[f"drop/{reason}"] = float(counts.get(reason, 0))
+            values[f"drop/total_{reason}"] = float(self.dropped_total[reason])
+        values["stale/dropped"] = values["drop/stale"]
+
+    async def _push_weights(self) -> None:
+        """Serves the trainer's weights at its policy version and tells the clients."""
+        state = await asyncio.to_thread(
+            lambda: {k: v.detach().clone() for k, v in self.model.state_dict().items()})
+        await self.host.engine.update_weights(state, self.policy_version)
+        await self.swarm.policy_version_changed(self.name, self.policy_version)
+

@@ -1,0 +1,119 @@
+"""Helpers for the trainer tests: synthetic episodes with exact token ids, and stores of them.
+
+(No tests here; the module name only keeps it next to the tests that use it.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
+from swarmrl_server.store.sqlite import SqliteStore
+
+MODEL = "tiny"
+PROMPT = [1, 873, 198, 1100, 1200, 30, 2, 198, 1, 1300, 198]
+"""A ChatML-ish prompt of the tiny vocabulary (ids only; nothing re-tokenizes them)."""
+
+
+def make_call(
+    episode_id: str, seq: int, prompt: list[int], completion: list[int], *,
+    logprobs: list[float] | None = None, version: int = 0, temperature: float = 1.0,
+    model: str = MODEL,
+) -> CallRecord:
+    return CallRecord(
+        call_id=f"{episode_id}-c{seq}", episode_id=episode_id, seq=seq, model=model,
+        prompt_ids=list(prompt), completion_ids=list(completion),
+        logprobs=list(logprobs) if logprobs is not None else [-1.0] * len(completion),
+        policy_version=version, finish_reason="stop", temperature=temperature, text="",
+    )
+
+
+def make_episode(
+    episode_id: str, reward: float, calls: list[CallRecord], *, task_id: str = "t",
+    group_id: str = "g", end_time: float | None = None, models: list[str] | None = None,
+) -> EpisodeRecord:
+    return EpisodeRecord(
+        episode_id=episode_id, session_id="s", task_id=task_id, group_id=group_id,
+        agent_version="", models=models or [MODEL], labels={}, state=EpisodeState.ENDED,
+        start_time=0.0, reward=reward, end_time=end_time, calls=calls,
+    )
+
+
+def multi_turn_calls(
+    episode_id: str, rng: random.Random, *, turns: int = 3, version: int = 0, split: bool = False,
+    completions: list[list[int]] | None = None,
+) -> list[CallRecord]:
+    """A multi-turn episode: each call's prompt extends the previous prompt + completion
+    (so merging gives one row), unless `split`, where each call re-renders a different
+    first token (so every call is its own row) — with the same generated tokens."""
+    calls = []
+    context = list(PROMPT)
+    for t in range(turns):
+        completion = completions[t] if completions else [rng.randrange(500, 1500), 2]
+        prompt = list(context)
+        if split and t > 0:
+            prompt[0] = 100 + t  # the history was "re-rendered": no longer a token prefix
+        calls.append(make_call(episode_id, t, prompt, completion, version=version))
+        context = context + completion + [198, 1, 1300 + t, 198]
+    return calls
+
+
+def current_logprobs(model: Any, calls: list[CallRecord]) -> list[CallRecord]:
+    """Sets each call's recorded logprobs to the model's own (ratio 1, as on-policy)."""
+    with torch.no_grad():
+        for c in calls:
+            ids = torch.tensor([c.prompt_ids + c.completion_ids])
+            logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+            n = len(c.prompt_ids)
+            c.logprobs = [float(logp[n - 1 + i, t]) for i, t in enumerate(c.completion_ids)]
+    return calls
+
+
+async def insert_episodes(store: SqliteStore, episodes: list[EpisodeRecord]) -> None:
+    """Writes ended episodes (with their calls) as the server would have."""
+    for e in episodes:
+        e.state = EpisodeState.OPEN
+        await store.create_episode(e)
+        for c in e.calls:
+            await store.add_call(c)
+        await store.finish_episode(e.episode_id, EpisodeState.ENDED, reward=e.reward,
+                                   request_id="",
+                                   end_time=e.end_time if e.end_time is not None else time.time())
+        e.state = EpisodeState.ENDED
+
+
+def write_episodes(db: Path, episodes: list[EpisodeRecord]) -> None:
+    """`insert_episodes` into the SQLite file of a data dir (no server running)."""
+    async def run() -> None:
+        store = SqliteStore(db)
+        await store.open()
+        try:
+            await insert_episodes(store, episodes)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def group_of(prefix: str, rewards: list[float], *, group_id: str, t0: float, seed: int = 0,
+             version: int = 0, task_id: str = "t") -> list[EpisodeRecord]:
+    """A group of 2-turn episodes with the given rewards, ending at t0, t0+1, ..."""
+    rng = random.Random(seed)
+    return [
+        make_episode(f"{prefix}{i}", r, multi_turn_calls(f"{prefix}{i}", rng, turns=2, version=version),
+                     group_id=group_id, task_id=task_id, end_time=t0 + i)
+        for i, r in enumerate(rewards)
+    ]
+
+
+def per_call_rows(calls: list[CallRecord]) -> list[Any]:
+    """One row per call (no merging), each the call's full prompt + completion."""
+    from swarmrl_server.timelines.merge import merge_calls
+
+    return [merge_calls([c])[0][0] for c in calls]
