@@ -12,6 +12,7 @@ from swarmrl._config import ClientConfig
 from swarmrl._episode import AsyncEpisode, new_request_id
 from swarmrl._proto.v1 import admin_service_pb2 as admin_pb2
 from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
+from swarmrl._proto.v1 import session_service_pb2 as session_pb2
 from swarmrl._retry import retry_once_after
 from swarmrl._session import Session, is_session_lost
 from swarmrl._streams import AsyncEventStream
@@ -192,6 +193,29 @@ class AsyncSwarmClient:
             "GetStatus", lambda s: s.admin.GetStatus, admin_pb2.GetStatusRequest(), retryable=True
         )
         return _convert.status_from_proto(response)
+
+    async def declare_done(self, model: str | None = None) -> None:
+        """Declares this client's share of the current training batch done.
+
+        With the trainer's batch rule ``clients`` a batch is ready once every client
+        with a live session has declared; the declaration then resets.
+
+        Args:
+            model: The model whose batch is meant; None: every trainable model.
+
+        Raises:
+            NotFoundError: An unknown model.
+            FailedPreconditionError: No such model is trainable (reason ``NOT_TRAINABLE``).
+        """
+        await self._session.ensure_open()
+
+        async def declare() -> object:
+            request = session_pb2.DeclareDoneRequest(session_id=self._session.id, model=model or "")
+            return await self._transport.unary(
+                "DeclareDone", lambda s: s.sessions.DeclareDone, request, retryable=True
+            )
+
+        await retry_once_after(declare, should_recover=is_session_lost, recover=self._session.reopen)
 
     def events(self, after_sequence: int = 0) -> AsyncEventStream:
         """Watches the server's events (policy versions, pauses, draining).

@@ -426,6 +426,11 @@ class SwarmClient:
         """The server's state."""
         return self._runner.run(self._async.status())
 
+    def declare_done(self, model: str | None = None) -> None:
+        """Declares this client's share of the current batch done (see
+        `AsyncSwarmClient.declare_done`)."""
+        self._runner.run(self._async.declare_done(model))
+
     def events(self, after_sequence: int = 0) -> EventStream:
         """Watches the server's events (see `AsyncSwarmClient.events`)."""
         return EventStream(self._async.events(after_sequence), self._runner)

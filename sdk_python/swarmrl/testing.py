@@ -196,6 +196,8 @@ class FakeSwarmServer(
         self.calls: collections.Counter[str] = collections.Counter()
         self.request_ids: dict[str, list[str]] = collections.defaultdict(list)
         self.metadata: dict[str, dict[str, str]] = {}
+        self.declared_done: set[str] = set()
+        """Sessions that called DeclareDone."""
         self._reply, self._api_key = reply, api_key
         self._versions = {name: 0 for name in models}
         self._sessions: dict[str, str] = {}
@@ -386,6 +388,13 @@ class FakeSwarmServer(
         response = spb.HeartbeatResponse(open_episodes=sum(ep.record.state == _OPEN for ep in mine))
         response.lease.FromSeconds(30)
         return response
+
+    @_unary
+    async def DeclareDone(self, req: spb.DeclareDoneRequest, ctx: _Ctx) -> spb.DeclareDoneResponse:
+        if req.session_id not in self._sessions:
+            raise _Abort(_C.NOT_FOUND, "SESSION_NOT_FOUND", f"unknown session {req.session_id}")
+        self.declared_done.add(req.session_id)
+        return spb.DeclareDoneResponse()
 
     @_unary
     async def CloseSession(

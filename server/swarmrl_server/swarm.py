@@ -106,20 +106,14 @@ class Swarm:
 
     def active_session_ids(self) -> set[str]:
         """Ids of the client sessions whose lease is live (the trainer's "clients" batch rule)."""
-        return set(self.sessions._sessions)
+        return self.sessions.ids()
 
     def declare_done(self, session_id: str, model: str = "") -> None:
         """A client declares its share of the current batch done, for `model` (or every
         trainable model): with batch_rule=clients a batch is ready once every active
         client has."""
         self.sessions.require(session_id)
-        if model and model not in self.models:
-            raise not_found(Reason.MODEL_NOT_FOUND, "model", model)
-        hosts = [self.models[model]] if model else list(self.models.values())
-        trainers = [h.trainer for h in hosts if h.trainer is not None]
-        if not trainers:
-            raise precondition(Reason.NOT_TRAINABLE, "no trainable model to declare done for")
-        for trainer in trainers:
+        for trainer in self._trainers(model, "declare done for"):
             trainer.declare_done(session_id)
 
     async def policy_version_changed(self, model: str, version: int) -> None:
@@ -127,13 +121,17 @@ class Swarm:
 
     async def save_checkpoints(self, model: str = "") -> list[Path]:
         """Checkpoints `model` (or every trainable model) now."""
+        return [await t.save_checkpoint() for t in self._trainers(model, "checkpoint")]
+
+    def _trainers(self, model: str, action: str) -> list[Any]:
+        """The trainer of `model`, or of every trainable model when `model` is empty."""
         if model and model not in self.models:
             raise not_found(Reason.MODEL_NOT_FOUND, "model", model)
         hosts = [self.models[model]] if model else list(self.models.values())
         trainers = [h.trainer for h in hosts if h.trainer is not None]
         if not trainers:
-            raise precondition(Reason.NOT_TRAINABLE, "no trainable model to checkpoint")
-        return [await t.save_checkpoint() for t in trainers]
+            raise precondition(Reason.NOT_TRAINABLE, f"no trainable model to {action}")
+        return trainers
 
     async def status(self) -> dict[str, Any]:
         counts = await self.store.counts()

@@ -56,6 +56,10 @@ class SessionTable:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def ids(self) -> set[str]:
+        """Ids of the sessions whose lease is live."""
+        return set(self._sessions)
+
     async def open(self, session_id: str, client_name: str, lease_s: float | None) -> SessionRecord:
         if not session_id:
             raise invalid("session_id", "must not be empty")

@@ -58,6 +58,11 @@ class SessionServicer(s_grpc.SessionServiceServicer):
         return s_pb.CloseSessionResponse(aborted_episodes=aborted)
 
     @translate_errors
+    async def DeclareDone(self, request: s_pb.DeclareDoneRequest, context: Context) -> s_pb.DeclareDoneResponse:
+        self.swarm.declare_done(request.session_id, request.model)
+        return s_pb.DeclareDoneResponse()
+
+    @translate_errors
     async def WatchEvents(
         self, request: s_pb.WatchEventsRequest, context: Context
     ) -> AsyncIterator[s_pb.WatchEventsResponse]:

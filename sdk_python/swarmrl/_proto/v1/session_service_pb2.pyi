@@ -176,6 +176,49 @@ class CloseSessionResponse(_message.Message):
 Global___CloseSessionResponse: _TypeAlias = CloseSessionResponse  # noqa: Y015
 
 @_typing.final
+class DeclareDoneRequest(_message.Message):
+    """Request of DeclareDone."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The declaring session."""
+    model: _builtins.str
+    """The model whose batch is meant; empty means every trainable model."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeclareDoneRequest: _TypeAlias = DeclareDoneRequest  # noqa: Y015
+
+@_typing.final
+class DeclareDoneResponse(_message.Message):
+    """Response of DeclareDone."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeclareDoneResponse: _TypeAlias = DeclareDoneResponse  # noqa: Y015
+
+@_typing.final
 class WatchEventsRequest(_message.Message):
     """Request of WatchEvents."""
 

@@ -52,6 +52,11 @@ class SessionServiceStub:
                 request_serializer=swarmrl_dot_v1_dot_session__service__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=swarmrl_dot_v1_dot_session__service__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.DeclareDone = channel.unary_unary(
+                '/swarmrl.v1.SessionService/DeclareDone',
+                request_serializer=swarmrl_dot_v1_dot_session__service__pb2.DeclareDoneRequest.SerializeToString,
+                response_deserializer=swarmrl_dot_v1_dot_session__service__pb2.DeclareDoneResponse.FromString,
+                _registered_method=True)
         self.WatchEvents = channel.unary_stream(
                 '/swarmrl.v1.SessionService/WatchEvents',
                 request_serializer=swarmrl_dot_v1_dot_session__service__pb2.WatchEventsRequest.SerializeToString,
@@ -88,6 +93,16 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeclareDone(self, request, context):
+        """Declares this client's share of the current training batch done. With the
+        trainer's batch rule "clients", a batch is ready once every session with a
+        live lease has declared. NOT_FOUND for an unknown session or model,
+        FAILED_PRECONDITION when no named model is trainable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchEvents(self, request, context):
         """Streams server events with increasing sequence numbers. To resume after a
         disconnect, pass the last sequence seen as after_sequence.
@@ -113,6 +128,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=swarmrl_dot_v1_dot_session__service__pb2.CloseSessionRequest.FromString,
                     response_serializer=swarmrl_dot_v1_dot_session__service__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'DeclareDone': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeclareDone,
+                    request_deserializer=swarmrl_dot_v1_dot_session__service__pb2.DeclareDoneRequest.FromString,
+                    response_serializer=swarmrl_dot_v1_dot_session__service__pb2.DeclareDoneResponse.SerializeToString,
             ),
             'WatchEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchEvents,
@@ -204,6 +224,33 @@ class SessionService:
             '/swarmrl.v1.SessionService/CloseSession',
             swarmrl_dot_v1_dot_session__service__pb2.CloseSessionRequest.SerializeToString,
             swarmrl_dot_v1_dot_session__service__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeclareDone(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/swarmrl.v1.SessionService/DeclareDone',
+            swarmrl_dot_v1_dot_session__service__pb2.DeclareDoneRequest.SerializeToString,
+            swarmrl_dot_v1_dot_session__service__pb2.DeclareDoneResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -46,6 +46,12 @@ class SessionServiceStub:
     """
     CloseSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.CloseSessionRequest, _session_service_pb2.CloseSessionResponse]
     """Closes a session and aborts its open episodes."""
+    DeclareDone: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.DeclareDoneRequest, _session_service_pb2.DeclareDoneResponse]
+    """Declares this client's share of the current training batch done. With the
+    trainer's batch rule "clients", a batch is ready once every session with a
+    live lease has declared. NOT_FOUND for an unknown session or model,
+    FAILED_PRECONDITION when no named model is trainable.
+    """
     WatchEvents: _grpc.UnaryStreamMultiCallable[_session_service_pb2.WatchEventsRequest, _session_service_pb2.WatchEventsResponse]
     """Streams server events with increasing sequence numbers. To resume after a
     disconnect, pass the last sequence seen as after_sequence.
@@ -69,6 +75,12 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """
     CloseSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.CloseSessionRequest, _session_service_pb2.CloseSessionResponse]  # type: ignore[assignment]
     """Closes a session and aborts its open episodes."""
+    DeclareDone: _aio.UnaryUnaryMultiCallable[_session_service_pb2.DeclareDoneRequest, _session_service_pb2.DeclareDoneResponse]  # type: ignore[assignment]
+    """Declares this client's share of the current training batch done. With the
+    trainer's batch rule "clients", a batch is ready once every session with a
+    live lease has declared. NOT_FOUND for an unknown session or model,
+    FAILED_PRECONDITION when no named model is trainable.
+    """
     WatchEvents: _aio.UnaryStreamMultiCallable[_session_service_pb2.WatchEventsRequest, _session_service_pb2.WatchEventsResponse]  # type: ignore[assignment]
     """Streams server events with increasing sequence numbers. To resume after a
     disconnect, pass the last sequence seen as after_sequence.
@@ -107,6 +119,18 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.CloseSessionResponse, _abc.Awaitable[_session_service_pb2.CloseSessionResponse]]:
         """Closes a session and aborts its open episodes."""
+
+    @_abc_1.abstractmethod
+    def DeclareDone(
+        self,
+        request: _session_service_pb2.DeclareDoneRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.DeclareDoneResponse, _abc.Awaitable[_session_service_pb2.DeclareDoneResponse]]:
+        """Declares this client's share of the current training batch done. With the
+        trainer's batch rule "clients", a batch is ready once every session with a
+        live lease has declared. NOT_FOUND for an unknown session or model,
+        FAILED_PRECONDITION when no named model is trainable.
+        """
 
     @_abc_1.abstractmethod
     def WatchEvents(

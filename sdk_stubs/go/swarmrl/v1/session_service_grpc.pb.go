@@ -25,6 +25,11 @@ type SessionServiceClient interface {
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// Closes a session and aborts its open episodes.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+	// Declares this client's share of the current training batch done. With the
+	// trainer's batch rule "clients", a batch is ready once every session with a
+	// live lease has declared. NOT_FOUND for an unknown session or model,
+	// FAILED_PRECONDITION when no named model is trainable.
+	DeclareDone(ctx context.Context, in *DeclareDoneRequest, opts ...grpc.CallOption) (*DeclareDoneResponse, error)
 	// Streams server events with increasing sequence numbers. To resume after a
 	// disconnect, pass the last sequence seen as after_sequence.
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (SessionService_WatchEventsClient, error)
@@ -59,6 +64,15 @@ func (c *sessionServiceClient) Heartbeat(ctx context.Context, in *HeartbeatReque
 func (c *sessionServiceClient) CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error) {
 	out := new(CloseSessionResponse)
 	err := c.cc.Invoke(ctx, "/swarmrl.v1.SessionService/CloseSession", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) DeclareDone(ctx context.Context, in *DeclareDoneRequest, opts ...grpc.CallOption) (*DeclareDoneResponse, error) {
+	out := new(DeclareDoneResponse)
+	err := c.cc.Invoke(ctx, "/swarmrl.v1.SessionService/DeclareDone", in, out, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +123,11 @@ type SessionServiceServer interface {
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// Closes a session and aborts its open episodes.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	// Declares this client's share of the current training batch done. With the
+	// trainer's batch rule "clients", a batch is ready once every session with a
+	// live lease has declared. NOT_FOUND for an unknown session or model,
+	// FAILED_PRECONDITION when no named model is trainable.
+	DeclareDone(context.Context, *DeclareDoneRequest) (*DeclareDoneResponse, error)
 	// Streams server events with increasing sequence numbers. To resume after a
 	// disconnect, pass the last sequence seen as after_sequence.
 	WatchEvents(*WatchEventsRequest, SessionService_WatchEventsServer) error
@@ -127,6 +146,9 @@ func (UnimplementedSessionServiceServer) Heartbeat(context.Context, *HeartbeatRe
 }
 func (UnimplementedSessionServiceServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedSessionServiceServer) DeclareDone(context.Context, *DeclareDoneRequest) (*DeclareDoneResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeclareDone not implemented")
 }
 func (UnimplementedSessionServiceServer) WatchEvents(*WatchEventsRequest, SessionService_WatchEventsServer) error {
 	return status.Errorf(codes.Unimplemented, "method WatchEvents not implemented")
@@ -198,6 +220,24 @@ func _SessionService_CloseSession_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_DeclareDone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeclareDoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).DeclareDone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/swarmrl.v1.SessionService/DeclareDone",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).DeclareDone(ctx, req.(*DeclareDoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SessionService_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchEventsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -234,6 +274,10 @@ var _SessionService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CloseSession",
 			Handler:    _SessionService_CloseSession_Handler,
+		},
+		{
+			MethodName: "DeclareDone",
+			Handler:    _SessionService_DeclareDone_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -72,6 +72,18 @@ export interface CloseSessionResponse {
   abortedEpisodes: number;
 }
 
+/** Request of DeclareDone. */
+export interface DeclareDoneRequest {
+  /** The declaring session. */
+  sessionId: string;
+  /** The model whose batch is meant; empty means every trainable model. */
+  model: string;
+}
+
+/** Response of DeclareDone. */
+export interface DeclareDoneResponse {
+}
+
 /** Request of WatchEvents. */
 export interface WatchEventsRequest {
   /** Only events with a larger sequence number are sent; 0 sends all retained events. */
@@ -656,6 +668,147 @@ export const CloseSessionResponse: MessageFns<CloseSessionResponse> = {
   },
 };
 
+function createBaseDeclareDoneRequest(): DeclareDoneRequest {
+  return { sessionId: "", model: "" };
+}
+
+export const DeclareDoneRequest: MessageFns<DeclareDoneRequest> = {
+  encode(message: DeclareDoneRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeclareDoneRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeclareDoneRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeclareDoneRequest {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+    };
+  },
+
+  toJSON(message: DeclareDoneRequest): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DeclareDoneRequest>, I>>(base?: I): DeclareDoneRequest {
+    return DeclareDoneRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeclareDoneRequest>, I>>(object: I): DeclareDoneRequest {
+    const message = createBaseDeclareDoneRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.model = object.model ?? "";
+    return message;
+  },
+};
+
+function createBaseDeclareDoneResponse(): DeclareDoneResponse {
+  return {};
+}
+
+export const DeclareDoneResponse: MessageFns<DeclareDoneResponse> = {
+  encode(_: DeclareDoneResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeclareDoneResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeclareDoneResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): DeclareDoneResponse {
+    return {};
+  },
+
+  toJSON(_: DeclareDoneResponse): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DeclareDoneResponse>, I>>(base?: I): DeclareDoneResponse {
+    return DeclareDoneResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeclareDoneResponse>, I>>(_: I): DeclareDoneResponse {
+    const message = createBaseDeclareDoneResponse();
+    return message;
+  },
+};
+
 function createBaseWatchEventsRequest(): WatchEventsRequest {
   return { afterSequence: 0 };
 }
@@ -1211,6 +1364,21 @@ export const SessionServiceService = {
     responseDeserialize: (value: Buffer): CloseSessionResponse => CloseSessionResponse.decode(value),
   },
   /**
+   * Declares this client's share of the current training batch done. With the
+   * trainer's batch rule "clients", a batch is ready once every session with a
+   * live lease has declared. NOT_FOUND for an unknown session or model,
+   * FAILED_PRECONDITION when no named model is trainable.
+   */
+  declareDone: {
+    path: "/swarmrl.v1.SessionService/DeclareDone" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeclareDoneRequest): Buffer => Buffer.from(DeclareDoneRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeclareDoneRequest => DeclareDoneRequest.decode(value),
+    responseSerialize: (value: DeclareDoneResponse): Buffer => Buffer.from(DeclareDoneResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeclareDoneResponse => DeclareDoneResponse.decode(value),
+  },
+  /**
    * Streams server events with increasing sequence numbers. To resume after a
    * disconnect, pass the last sequence seen as after_sequence.
    */
@@ -1238,6 +1406,13 @@ export interface SessionServiceServer extends UntypedServiceImplementation {
   heartbeat: handleUnaryCall<HeartbeatRequest, HeartbeatResponse>;
   /** Closes a session and aborts its open episodes. */
   closeSession: handleUnaryCall<CloseSessionRequest, CloseSessionResponse>;
+  /**
+   * Declares this client's share of the current training batch done. With the
+   * trainer's batch rule "clients", a batch is ready once every session with a
+   * live lease has declared. NOT_FOUND for an unknown session or model,
+   * FAILED_PRECONDITION when no named model is trainable.
+   */
+  declareDone: handleUnaryCall<DeclareDoneRequest, DeclareDoneResponse>;
   /**
    * Streams server events with increasing sequence numbers. To resume after a
    * disconnect, pass the last sequence seen as after_sequence.
@@ -1299,6 +1474,27 @@ export interface SessionServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: CloseSessionResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Declares this client's share of the current training batch done. With the
+   * trainer's batch rule "clients", a batch is ready once every session with a
+   * live lease has declared. NOT_FOUND for an unknown session or model,
+   * FAILED_PRECONDITION when no named model is trainable.
+   */
+  declareDone(
+    request: DeclareDoneRequest,
+    callback: (error: ServiceError | null, response: DeclareDoneResponse) => void,
+  ): ClientUnaryCall;
+  declareDone(
+    request: DeclareDoneRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeclareDoneResponse) => void,
+  ): ClientUnaryCall;
+  declareDone(
+    request: DeclareDoneRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeclareDoneResponse) => void,
   ): ClientUnaryCall;
   /**
    * Streams server events with increasing sequence numbers. To resume after a

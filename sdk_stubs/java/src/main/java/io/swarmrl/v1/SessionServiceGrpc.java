@@ -116,6 +116,38 @@ public final class SessionServiceGrpc {
     return getCloseSessionMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.DeclareDoneRequest,
+      io.swarmrl.v1.DeclareDoneResponse> getDeclareDoneMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "DeclareDone",
+      requestType = io.swarmrl.v1.DeclareDoneRequest.class,
+      responseType = io.swarmrl.v1.DeclareDoneResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.DeclareDoneRequest,
+      io.swarmrl.v1.DeclareDoneResponse> getDeclareDoneMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.DeclareDoneRequest, io.swarmrl.v1.DeclareDoneResponse> getDeclareDoneMethod;
+    if ((getDeclareDoneMethod = SessionServiceGrpc.getDeclareDoneMethod) == null) {
+      synchronized (SessionServiceGrpc.class) {
+        if ((getDeclareDoneMethod = SessionServiceGrpc.getDeclareDoneMethod) == null) {
+          SessionServiceGrpc.getDeclareDoneMethod = getDeclareDoneMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.DeclareDoneRequest, io.swarmrl.v1.DeclareDoneResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "DeclareDone"))
+              .setIdempotent(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.DeclareDoneRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.DeclareDoneResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new SessionServiceMethodDescriptorSupplier("DeclareDone"))
+              .build();
+        }
+      }
+    }
+    return getDeclareDoneMethod;
+  }
+
   private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.WatchEventsRequest,
       io.swarmrl.v1.WatchEventsResponse> getWatchEventsMethod;
 
@@ -235,6 +267,19 @@ public final class SessionServiceGrpc {
 
     /**
      * <pre>
+     * Declares this client's share of the current training batch done. With the
+     * trainer's batch rule "clients", a batch is ready once every session with a
+     * live lease has declared. NOT_FOUND for an unknown session or model,
+     * FAILED_PRECONDITION when no named model is trainable.
+     * </pre>
+     */
+    public void declareDone(io.swarmrl.v1.DeclareDoneRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.DeclareDoneResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getDeclareDoneMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
      * Streams server events with increasing sequence numbers. To resume after a
      * disconnect, pass the last sequence seen as after_sequence.
      * </pre>
@@ -267,6 +312,13 @@ public final class SessionServiceGrpc {
                 io.swarmrl.v1.CloseSessionRequest,
                 io.swarmrl.v1.CloseSessionResponse>(
                   this, METHODID_CLOSE_SESSION)))
+          .addMethod(
+            getDeclareDoneMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.DeclareDoneRequest,
+                io.swarmrl.v1.DeclareDoneResponse>(
+                  this, METHODID_DECLARE_DONE)))
           .addMethod(
             getWatchEventsMethod(),
             io.grpc.stub.ServerCalls.asyncServerStreamingCall(
@@ -330,6 +382,20 @@ public final class SessionServiceGrpc {
         io.grpc.stub.StreamObserver<io.swarmrl.v1.CloseSessionResponse> responseObserver) {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getCloseSessionMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Declares this client's share of the current training batch done. With the
+     * trainer's batch rule "clients", a batch is ready once every session with a
+     * live lease has declared. NOT_FOUND for an unknown session or model,
+     * FAILED_PRECONDITION when no named model is trainable.
+     * </pre>
+     */
+    public void declareDone(io.swarmrl.v1.DeclareDoneRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.DeclareDoneResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getDeclareDoneMethod(), getCallOptions()), request, responseObserver);
     }
 
     /**
@@ -398,6 +464,19 @@ public final class SessionServiceGrpc {
 
     /**
      * <pre>
+     * Declares this client's share of the current training batch done. With the
+     * trainer's batch rule "clients", a batch is ready once every session with a
+     * live lease has declared. NOT_FOUND for an unknown session or model,
+     * FAILED_PRECONDITION when no named model is trainable.
+     * </pre>
+     */
+    public io.swarmrl.v1.DeclareDoneResponse declareDone(io.swarmrl.v1.DeclareDoneRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getDeclareDoneMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
      * Streams server events with increasing sequence numbers. To resume after a
      * disconnect, pass the last sequence seen as after_sequence.
      * </pre>
@@ -462,12 +541,27 @@ public final class SessionServiceGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getCloseSessionMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * Declares this client's share of the current training batch done. With the
+     * trainer's batch rule "clients", a batch is ready once every session with a
+     * live lease has declared. NOT_FOUND for an unknown session or model,
+     * FAILED_PRECONDITION when no named model is trainable.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.DeclareDoneResponse> declareDone(
+        io.swarmrl.v1.DeclareDoneRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getDeclareDoneMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_OPEN_SESSION = 0;
   private static final int METHODID_HEARTBEAT = 1;
   private static final int METHODID_CLOSE_SESSION = 2;
-  private static final int METHODID_WATCH_EVENTS = 3;
+  private static final int METHODID_DECLARE_DONE = 3;
+  private static final int METHODID_WATCH_EVENTS = 4;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -497,6 +591,10 @@ public final class SessionServiceGrpc {
         case METHODID_CLOSE_SESSION:
           serviceImpl.closeSession((io.swarmrl.v1.CloseSessionRequest) request,
               (io.grpc.stub.StreamObserver<io.swarmrl.v1.CloseSessionResponse>) responseObserver);
+          break;
+        case METHODID_DECLARE_DONE:
+          serviceImpl.declareDone((io.swarmrl.v1.DeclareDoneRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.DeclareDoneResponse>) responseObserver);
           break;
         case METHODID_WATCH_EVENTS:
           serviceImpl.watchEvents((io.swarmrl.v1.WatchEventsRequest) request,
@@ -566,6 +664,7 @@ public final class SessionServiceGrpc {
               .addMethod(getOpenSessionMethod())
               .addMethod(getHeartbeatMethod())
               .addMethod(getCloseSessionMethod())
+              .addMethod(getDeclareDoneMethod())
               .addMethod(getWatchEventsMethod())
               .build();
         }

@@ -45,6 +45,16 @@ public final class SessionServiceProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_swarmrl_v1_CloseSessionResponse_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_DeclareDoneRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_DeclareDoneRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_DeclareDoneResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_DeclareDoneResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_swarmrl_v1_WatchEventsRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -98,32 +108,37 @@ public final class SessionServiceProto {
       "\022#\n\ropen_episodes\030\002 \001(\005R\014openEpisodes\"4\n" +
       "\023CloseSessionRequest\022\035\n\nsession_id\030\001 \001(\t" +
       "R\tsessionId\"A\n\024CloseSessionResponse\022)\n\020a" +
-      "borted_episodes\030\001 \001(\005R\017abortedEpisodes\";" +
-      "\n\022WatchEventsRequest\022%\n\016after_sequence\030\001" +
-      " \001(\004R\rafterSequence\"\252\002\n\023WatchEventsRespo" +
-      "nse\022\032\n\010sequence\030\001 \001(\004R\010sequence\022X\n\026polic" +
-      "y_version_changed\030\002 \001(\0132 .swarmrl.v1.Pol" +
-      "icyVersionChangedH\000R\024policyVersionChange" +
-      "d\022/\n\007pausing\030\003 \001(\0132\023.swarmrl.v1.PausingH" +
-      "\000R\007pausing\022/\n\007resumed\030\004 \001(\0132\023.swarmrl.v1" +
-      ".ResumedH\000R\007resumed\0222\n\010draining\030\005 \001(\0132\024." +
-      "swarmrl.v1.DrainingH\000R\010drainingB\007\n\005event" +
-      "\"S\n\024PolicyVersionChanged\022\024\n\005model\030\001 \001(\tR" +
-      "\005model\022%\n\016policy_version\030\002 \001(\003R\rpolicyVe" +
-      "rsion\"!\n\007Pausing\022\026\n\006reason\030\001 \001(\tR\006reason" +
-      "\"!\n\007Resumed\022\026\n\006reason\030\001 \001(\tR\006reason\";\n\010D" +
-      "raining\022/\n\005grace\030\001 \001(\0132\031.google.protobuf" +
-      ".DurationR\005grace2\343\002\n\016SessionService\022S\n\013O" +
-      "penSession\022\036.swarmrl.v1.OpenSessionReque" +
-      "st\032\037.swarmrl.v1.OpenSessionResponse\"\003\220\002\002" +
-      "\022M\n\tHeartbeat\022\034.swarmrl.v1.HeartbeatRequ" +
-      "est\032\035.swarmrl.v1.HeartbeatResponse\"\003\220\002\002\022" +
-      "V\n\014CloseSession\022\037.swarmrl.v1.CloseSessio" +
-      "nRequest\032 .swarmrl.v1.CloseSessionRespon" +
-      "se\"\003\220\002\002\022U\n\013WatchEvents\022\036.swarmrl.v1.Watc" +
-      "hEventsRequest\032\037.swarmrl.v1.WatchEventsR" +
-      "esponse\"\003\220\002\0010\001B&\n\rio.swarmrl.v1B\023Session" +
-      "ServiceProtoP\001b\006proto3"
+      "borted_episodes\030\001 \001(\005R\017abortedEpisodes\"I" +
+      "\n\022DeclareDoneRequest\022\035\n\nsession_id\030\001 \001(\t" +
+      "R\tsessionId\022\024\n\005model\030\002 \001(\tR\005model\"\025\n\023Dec" +
+      "lareDoneResponse\";\n\022WatchEventsRequest\022%" +
+      "\n\016after_sequence\030\001 \001(\004R\rafterSequence\"\252\002" +
+      "\n\023WatchEventsResponse\022\032\n\010sequence\030\001 \001(\004R" +
+      "\010sequence\022X\n\026policy_version_changed\030\002 \001(" +
+      "\0132 .swarmrl.v1.PolicyVersionChangedH\000R\024p" +
+      "olicyVersionChanged\022/\n\007pausing\030\003 \001(\0132\023.s" +
+      "warmrl.v1.PausingH\000R\007pausing\022/\n\007resumed\030" +
+      "\004 \001(\0132\023.swarmrl.v1.ResumedH\000R\007resumed\0222\n" +
+      "\010draining\030\005 \001(\0132\024.swarmrl.v1.DrainingH\000R" +
+      "\010drainingB\007\n\005event\"S\n\024PolicyVersionChang" +
+      "ed\022\024\n\005model\030\001 \001(\tR\005model\022%\n\016policy_versi" +
+      "on\030\002 \001(\003R\rpolicyVersion\"!\n\007Pausing\022\026\n\006re" +
+      "ason\030\001 \001(\tR\006reason\"!\n\007Resumed\022\026\n\006reason\030" +
+      "\001 \001(\tR\006reason\";\n\010Draining\022/\n\005grace\030\001 \001(\013" +
+      "2\031.google.protobuf.DurationR\005grace2\270\003\n\016S" +
+      "essionService\022S\n\013OpenSession\022\036.swarmrl.v" +
+      "1.OpenSessionRequest\032\037.swarmrl.v1.OpenSe" +
+      "ssionResponse\"\003\220\002\002\022M\n\tHeartbeat\022\034.swarmr" +
+      "l.v1.HeartbeatRequest\032\035.swarmrl.v1.Heart" +
+      "beatResponse\"\003\220\002\002\022V\n\014CloseSession\022\037.swar" +
+      "mrl.v1.CloseSessionRequest\032 .swarmrl.v1." +
+      "CloseSessionResponse\"\003\220\002\002\022S\n\013DeclareDone" +
+      "\022\036.swarmrl.v1.DeclareDoneRequest\032\037.swarm" +
+      "rl.v1.DeclareDoneResponse\"\003\220\002\002\022U\n\013WatchE" +
+      "vents\022\036.swarmrl.v1.WatchEventsRequest\032\037." +
+      "swarmrl.v1.WatchEventsResponse\"\003\220\002\0010\001B&\n" +
+      "\rio.swarmrl.v1B\023SessionServiceProtoP\001b\006p" +
+      "roto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -166,38 +181,50 @@ public final class SessionServiceProto {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_CloseSessionResponse_descriptor,
         new java.lang.String[] { "AbortedEpisodes", });
-    internal_static_swarmrl_v1_WatchEventsRequest_descriptor =
+    internal_static_swarmrl_v1_DeclareDoneRequest_descriptor =
       getDescriptor().getMessageTypes().get(6);
+    internal_static_swarmrl_v1_DeclareDoneRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_DeclareDoneRequest_descriptor,
+        new java.lang.String[] { "SessionId", "Model", });
+    internal_static_swarmrl_v1_DeclareDoneResponse_descriptor =
+      getDescriptor().getMessageTypes().get(7);
+    internal_static_swarmrl_v1_DeclareDoneResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_DeclareDoneResponse_descriptor,
+        new java.lang.String[] { });
+    internal_static_swarmrl_v1_WatchEventsRequest_descriptor =
+      getDescriptor().getMessageTypes().get(8);
     internal_static_swarmrl_v1_WatchEventsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_WatchEventsRequest_descriptor,
         new java.lang.String[] { "AfterSequence", });
     internal_static_swarmrl_v1_WatchEventsResponse_descriptor =
-      getDescriptor().getMessageTypes().get(7);
+      getDescriptor().getMessageTypes().get(9);
     internal_static_swarmrl_v1_WatchEventsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_WatchEventsResponse_descriptor,
         new java.lang.String[] { "Sequence", "PolicyVersionChanged", "Pausing", "Resumed", "Draining", "Event", });
     internal_static_swarmrl_v1_PolicyVersionChanged_descriptor =
-      getDescriptor().getMessageTypes().get(8);
+      getDescriptor().getMessageTypes().get(10);
     internal_static_swarmrl_v1_PolicyVersionChanged_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_PolicyVersionChanged_descriptor,
         new java.lang.String[] { "Model", "PolicyVersion", });
     internal_static_swarmrl_v1_Pausing_descriptor =
-      getDescriptor().getMessageTypes().get(9);
+      getDescriptor().getMessageTypes().get(11);
     internal_static_swarmrl_v1_Pausing_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_Pausing_descriptor,
         new java.lang.String[] { "Reason", });
     internal_static_swarmrl_v1_Resumed_descriptor =
-      getDescriptor().getMessageTypes().get(10);
+      getDescriptor().getMessageTypes().get(12);
     internal_static_swarmrl_v1_Resumed_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_Resumed_descriptor,
         new java.lang.String[] { "Reason", });
     internal_static_swarmrl_v1_Draining_descriptor =
-      getDescriptor().getMessageTypes().get(11);
+      getDescriptor().getMessageTypes().get(13);
     internal_static_swarmrl_v1_Draining_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_Draining_descriptor,
