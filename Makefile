@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint generate check-generated bench clean
+.PHONY: demo test lint generate check-generated bench bench-timelines clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,11 @@ check-generated: generate
 	test -z "$$(git status --porcelain -- sdk_python/swarmrl/_proto sdk_stubs)"
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/grpc_vs_engine.py
+	$(BIN)/python benchmarks/grpc_vs_engine.py --repeats 5
+
+bench-timelines: $(STAMP)
+	$(BIN)/python benchmarks/timeline_merge.py --trace appworld
+	$(BIN)/python benchmarks/timeline_merge.py --trace forks --methods merged,tree
 
 clean:
 	rm -rf $(VENV) node_modules
