@@ -438,6 +438,32 @@ async def test_paused_server_is_429_with_retry_after(http_server: Any) -> None:
     await aclient(ep).chat.completions.create(model="tiny", messages=USER, max_tokens=2)
 
 
+async def test_over_capacity_is_429_with_retry_after(http_server: Any) -> None:
+    ep = await start_episode(http_server)
+    http_server.swarm.episodes.policy.max_inflight = 1
+    client = aclient(ep)
+    stream = await client.chat.completions.create(
+        model="tiny", messages=USER, max_tokens=1500, stream=True)
+    await anext(aiter(stream))  # one generation is running
+    with pytest.raises(openai.RateLimitError) as err:
+        await client.chat.completions.create(model="tiny", messages=USER, max_tokens=2)
+    assert int(err.value.response.headers["retry-after"]) >= 1
+    assert err.value.body["code"] == "OVER_CAPACITY"
+    await stream.close()
+
+    async def admitted() -> None:
+        await client.chat.completions.create(model="tiny", messages=USER, max_tokens=2)
+
+    await assert_eventually(lambda: _admitted_or_raise(admitted), timeout=10)
+
+
+async def _admitted_or_raise(call: Any) -> None:
+    try:
+        await call()
+    except openai.RateLimitError as err:  # the closed stream's slot is not free yet
+        raise AssertionError("still over capacity") from err
+
+
 async def test_mid_stream_failure_is_an_sse_error_event_then_done(http_server: Any) -> None:
     ep = await start_episode(http_server)
     engine = http_server.swarm.models["tiny"].engine

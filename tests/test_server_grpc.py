@@ -328,6 +328,30 @@ async def test_events_are_sequenced_and_resumable(stubs: Stubs) -> None:
         break
 
 
+async def test_over_capacity_is_unavailable_with_retry_hint(stubs: Stubs, server: Any) -> None:
+    server.swarm.episodes.policy.max_inflight = 1
+    started = await stubs.start()
+    running = stubs.episodes.Generate(ep_pb.GenerateRequest(
+        episode_id=started.episode_id, tokens=ep_pb.TokenInput(token_ids=[1, 2]),
+        sampling=t_pb.SamplingParams(max_tokens=1500)))
+    await running.read()  # the first chunk: one generation is running
+    reason, _ = await expect_stream(grpc.StatusCode.UNAVAILABLE, stubs.episodes.Generate(
+        ep_pb.GenerateRequest(episode_id=started.episode_id, tokens=ep_pb.TokenInput(token_ids=[1]))))
+    assert reason == "OVER_CAPACITY"
+    running.cancel()
+    request = ep_pb.GenerateRequest(episode_id=started.episode_id,
+                                    tokens=ep_pb.TokenInput(token_ids=[1]),
+                                    sampling=t_pb.SamplingParams(max_tokens=2))
+
+    async def admitted() -> None:
+        try:
+            await stubs.generate(request)
+        except grpc.aio.AioRpcError as err:
+            raise AssertionError(err.code()) from err
+
+    await assert_eventually(admitted, timeout=10)
+
+
 async def test_status_and_models(stubs: Stubs) -> None:
     models = await stubs.admin.ListModels(admin_pb.ListModelsRequest())
     (tiny,) = models.models

@@ -79,7 +79,8 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
     torch.set_num_threads(torch_threads(config))
     hosts = hosts if hosts is not None else load_hosts(config)
     policy = GenerationPolicy(
-        default_max_tokens=config.default_max_tokens, force_temperature=config.force_temperature
+        default_max_tokens=config.default_max_tokens, force_temperature=config.force_temperature,
+        max_inflight=config.max_inflight,
     )
     swarm = Swarm(hosts, data_dir=config.data_dir, policy=policy)
     await swarm.start()

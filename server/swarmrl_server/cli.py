@@ -49,6 +49,8 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
     p.add_argument("--torch-threads", type=int,
                    help="intra-op threads for torch (default: half the CPU cores)")
     p.add_argument("--default-max-tokens", type=int, default=256)
+    p.add_argument("--max-inflight", type=int, default=512,
+                   help="most generations per model at once; more are told to retry later")
     p.add_argument("--force-temperature", type=float,
                    help="sample every generation at this temperature (reported as an override)")
     p.add_argument("--grace", type=float, default=5.0, help="seconds calls may finish on shutdown")
@@ -80,6 +82,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         client_keys=tuple(args.client_key) + env_keys("SWARMRL_CLIENT_KEYS"),
         tls_cert=args.tls_cert, tls_key=args.tls_key,
         max_batch_size=args.max_batch_size, torch_threads=args.torch_threads,
+        max_inflight=args.max_inflight,
         default_max_tokens=args.default_max_tokens,
         force_temperature=args.force_temperature, grace_s=args.grace,
         train=args.train, train_options=options, resume=args.resume,

@@ -58,6 +58,8 @@ class ServerConfig:
     several times faster than 2 each (benchmarks/grpc_vs_engine.py)."""
     max_batch_size: int = 32
     """Most concurrent generations one engine batches together."""
+    max_inflight: int = 512
+    """Most generations per model at once; more get UNAVAILABLE / HTTP 429 with a retry hint."""
     default_max_tokens: int = 256
     """max_tokens for requests that give none."""
     force_temperature: float | None = None

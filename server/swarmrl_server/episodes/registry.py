@@ -72,6 +72,9 @@ class GenerationPolicy:
     """When set, training generations sample at this temperature whatever the client
     asks (reported back as an override, never silently)."""
     force_top_p: float | None = None
+    max_inflight: int = 512
+    """Most generations one model runs or queues at once; more are refused with
+    UNAVAILABLE (OVER_CAPACITY, HTTP 429) and a retry hint instead of piling up."""
 
 
 @dataclass
@@ -128,6 +131,7 @@ class EpisodeRegistry:
         self._require_session = require_session
         self._on_ended = on_ended
         self._open: dict[str, _Open] = {}
+        self._inflight: dict[str, int] = {}
 
     async def load(self) -> None:
         """Restores open episodes after a restart, calls included."""
@@ -274,12 +278,21 @@ class EpisodeRegistry:
             )
         params = SamplingParams(**{**params.__dict__, "max_tokens": min(params.max_tokens, room)})
 
+        if self._inflight.get(host.name, 0) >= self.policy.max_inflight:
+            raise unavailable(
+                Reason.OVER_CAPACITY,
+                f"model {host.name!r} already runs {self.policy.max_inflight} generations",
+            )
         output: GenerationOutput | None = None
-        async for item in host.engine.generate(prompt_ids, params):
-            if isinstance(item, GenerationOutput):
-                output = item
-            else:
-                yield item
+        self._inflight[host.name] = self._inflight.get(host.name, 0) + 1
+        try:
+            async for item in host.engine.generate(prompt_ids, params):
+                if isinstance(item, GenerationOutput):
+                    output = item
+                else:
+                    yield item
+        finally:
+            self._inflight[host.name] -= 1
         assert output is not None, "engine ended without a result"
         if output.finish_reason == "abort":
             raise SwarmError(
