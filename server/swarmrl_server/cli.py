@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 from pathlib import Path
+
+import structlog
 
 from swarmrl_server.config import ModelSpec, ServerConfig
 
@@ -54,6 +57,8 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
     p.add_argument("--force-temperature", type=float,
                    help="sample every generation at this temperature (reported as an override)")
     p.add_argument("--grace", type=float, default=5.0, help="seconds calls may finish on shutdown")
+    p.add_argument("--log-level", default="info",
+                   choices=("debug", "info", "warning", "error"), help="server log level")
     # -- training
     p.add_argument("--train", action="store_true", help="train the models on ended episodes")
     p.add_argument("--train-option", action="append", default=[], metavar="KEY=VALUE",
@@ -91,6 +96,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(args.log_level.upper()))
+    )
     if "help" in args.train_option:
         from swarmrl_server.trainer.config import describe_options
 
