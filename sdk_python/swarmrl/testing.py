@@ -35,23 +35,21 @@ import asyncio
 import codecs
 import collections
 import contextlib
-import functools
 import json
 import math
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 import grpc.aio
-from google.protobuf import any_pb2
 from google.protobuf.message import Message
-from google.rpc import error_details_pb2, status_pb2
 
 from swarmrl._compat import Self
 from swarmrl._convert import ROLE_NAMES
+from swarmrl._fake_rpc import _C, _Abort, _Ctx, _Fault, _invalid, _streaming, _unary
 from swarmrl._proto.v1 import admin_service_pb2 as apb
 from swarmrl._proto.v1 import admin_service_pb2_grpc as admin_grpc
 from swarmrl._proto.v1 import episode_service_pb2 as epb
@@ -66,95 +64,7 @@ EOS_TOKEN_ID = 256
 """The fake model's end-of-turn token; ids below it are UTF-8 bytes."""
 _VOCAB = EOS_TOKEN_ID + 1
 _OPEN = types_pb2.EPISODE_STATE_OPEN
-_Ctx = grpc.aio.ServicerContext[Any, Any]
-_C = grpc.StatusCode
 _M = TypeVar("_M", bound=Message)
-_Req = TypeVar("_Req", bound=Message)
-_Resp = TypeVar("_Resp", bound=Message)
-
-
-class _Abort(Exception):
-    """A failure to send as a google.rpc.Status with ErrorInfo (+ BadRequest, RetryInfo)."""
-
-    def __init__(self, code: grpc.StatusCode, reason: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.extra = code, reason, extra
-
-    async def send(self, context: _Ctx) -> None:
-        message, field_name = str(self), self.extra.get("field")
-        details: list[Message] = [
-            error_details_pb2.ErrorInfo(
-                reason=self.reason, domain="swarmrl.dev", metadata=self.extra.get("metadata", {})
-            )
-        ]
-        if field_name:
-            message = f"{field_name}: {message}"
-            violation = error_details_pb2.BadRequest.FieldViolation(
-                field=field_name, description=message
-            )
-            details.append(error_details_pb2.BadRequest(field_violations=[violation]))
-        if self.extra.get("retry_delay") is not None:
-            info = error_details_pb2.RetryInfo()
-            info.retry_delay.FromNanoseconds(int(self.extra["retry_delay"] * 1e9))
-            details.append(info)
-        packed = [any_pb2.Any() for _ in details]
-        for any_detail, detail in zip(packed, details):
-            any_detail.Pack(detail)
-        status = status_pb2.Status(code=self.code.value[0], message=message, details=packed)
-        trailer = (("grpc-status-details-bin", status.SerializeToString()),)
-        await context.abort(self.code, message, trailing_metadata=trailer)
-
-
-def _invalid(field_name: str, message: str) -> _Abort:
-    return _Abort(_C.INVALID_ARGUMENT, "INVALID_FIELD", message, field=field_name)
-
-
-def _unary(
-    handler: Callable[[FakeSwarmServer, _Req, _Ctx], Awaitable[_Resp]],
-) -> Callable[[FakeSwarmServer, _Req, _Ctx], Coroutine[Any, Any, _Resp]]:
-    """Wraps a unary handler: bookkeeping, auth and injected faults first; _Abort sent."""
-
-    @functools.wraps(handler)
-    async def wrapped(self: FakeSwarmServer, request: _Req, context: _Ctx) -> _Resp:
-        try:
-            self._enter(handler.__name__, request, context)
-            response = await handler(self, request, context)
-            self._maybe_fail(handler.__name__, sent=1)  # done, but the answer is lost
-            return response
-        except _Abort as err:
-            await err.send(context)
-            raise  # unreachable: abort raises
-
-    return wrapped
-
-
-def _streaming(
-    handler: Callable[[FakeSwarmServer, _Req, _Ctx], AsyncIterator[_Resp]],
-) -> Callable[[FakeSwarmServer, _Req, _Ctx], AsyncIterator[_Resp]]:
-    """Like `_unary` for server streams; faults may also strike after some messages."""
-
-    @functools.wraps(handler)
-    async def wrapped(self: FakeSwarmServer, request: _Req, context: _Ctx) -> AsyncIterator[_Resp]:
-        try:
-            self._enter(handler.__name__, request, context)
-            sent = 0
-            async for message in handler(self, request, context):
-                yield message
-                sent += 1
-                self._maybe_fail(handler.__name__, sent)
-        except _Abort as err:
-            await err.send(context)
-
-    return wrapped
-
-
-@dataclass
-class _Fault:
-    code: grpc.StatusCode
-    times: int
-    after_messages: int
-    reason: str
-    retry_delay: float | None
 
 
 @dataclass
