@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc  # noqa: E402
 from swarmrl._proto.v1 import session_service_pb2 as s_pb  # noqa: E402
 from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc  # noqa: E402
 from swarmrl._proto.v1 import types_pb2 as t_pb  # noqa: E402
+from swarmrl_server.config import default_torch_threads  # noqa: E402
 from swarmrl_server.engine.base import GenerationOutput, SamplingParams  # noqa: E402
 from swarmrl_server.engine.hf import HFEngine  # noqa: E402
 from swarmrl_server.models import resolve_model  # noqa: E402
@@ -123,5 +123,5 @@ if __name__ == "__main__":
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-batch-size", type=int, default=32)
-    parser.add_argument("--torch-threads", type=int, default=max(1, (os.cpu_count() or 2) // 2))
+    parser.add_argument("--torch-threads", type=int, default=default_torch_threads())
     asyncio.run(main(parser.parse_args()))

@@ -21,7 +21,9 @@ def _torch_threads() -> None:
     OpenMP team of 2 spins against every other process and runs many times slower."""
     import torch
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
+    from swarmrl_server.config import default_torch_threads
+
+    torch.set_num_threads(default_torch_threads())
 
 
 @pytest.fixture(scope="session")

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import structlog
 import torch
 
-from swarmrl_server.config import ServerConfig
+from swarmrl_server.config import ServerConfig, default_torch_threads
 from swarmrl_server.engine.hf import HFEngine
 from swarmrl_server.episodes.registry import GenerationPolicy
 from swarmrl_server.grpc.auth import KeyRing
@@ -25,21 +23,16 @@ from swarmrl_server.swarm import Swarm
 log = structlog.get_logger("swarmrl.app")
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("SWARMRL_CACHE", Path.home() / ".cache" / "swarmrl"))
-
-
 def torch_threads(config: ServerConfig) -> int:
-    return config.torch_threads or max(1, (os.cpu_count() or 2) // 2)
+    return config.torch_threads or default_torch_threads()
 
 
 def load_hosts(config: ServerConfig) -> dict[str, ModelHost]:
-    cache = config.cache_dir or default_cache_dir()
     hosts: dict[str, ModelHost] = {}
     for spec in config.models:
         if spec.name in hosts:
             raise ValueError(f"two models are named {spec.name!r}")
-        path = resolve_model(spec.source, cache)
+        path = resolve_model(spec.source, config.cache_dir)
         engine = HFEngine.from_pretrained(spec.name, path, max_batch_size=config.max_batch_size)
         hosts[spec.name] = ModelHost(spec.name, engine, spec.source, path, trainable=config.train)
     return hosts

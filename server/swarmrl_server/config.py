@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+def default_torch_threads() -> int:
+    """Half the CPU cores, at least 1: see `ServerConfig.torch_threads`."""
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 @dataclass(frozen=True)

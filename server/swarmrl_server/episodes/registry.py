@@ -10,6 +10,7 @@ EndEpisode the stored answer, a repeated Generate the recorded call.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -276,7 +277,7 @@ class EpisodeRegistry:
                 f"{sampling.max_tokens} + prompt of {len(prompt_ids)} tokens exceeds the "
                 f"context of {host.engine.max_model_len}",
             )
-        params = SamplingParams(**{**params.__dict__, "max_tokens": min(params.max_tokens, room)})
+        params = dataclasses.replace(params, max_tokens=min(params.max_tokens, room))
 
         if self._inflight.get(host.name, 0) >= self.policy.max_inflight:
             raise unavailable(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from google.protobuf import timestamp_pb2
@@ -65,8 +66,6 @@ def message_to_proto(m: Message) -> t_pb.ChatMessage:
 
 
 def tools_from_proto(tools: Any) -> list[Message] | None:
-    import json
-
     out = []
     for i, t in enumerate(tools):
         if not t.name:
