@@ -165,6 +165,22 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def listening_socket(family: socket.AddressFamily) -> socket.socket:
+    """A TCP listening socket whose accepted connections have Nagle's algorithm off.
+
+    uvicorn writes a response's head and body as separate sends. With Nagle on, the
+    body waits for the client to ACK the head, and a keep-alive client delays that
+    ACK by ~40 ms: every call after a connection's first stalled 40 ms. asyncio turns
+    TCP_NODELAY on for accepted sockets only when the listener says `IPPROTO_TCP`
+    (a bare `socket(AF_INET, SOCK_STREAM)` has proto 0), and Linux also copies the
+    listener's TCP_NODELAY onto each accepted socket: we do both.
+    """
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 class HttpServer:
     """The shim on `host:port` (0 = a free port), served by uvicorn in the running loop."""
 
@@ -191,8 +207,7 @@ class HttpServer:
     async def start(self) -> None:
         # Bind ourselves so that port 0 works and the chosen port is known at once.
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock = listening_socket(family)
         try:
             sock.bind((self.host, self._requested_port))
         except OSError:
