@@ -54,6 +54,18 @@ async def test_streaming_reassembles_to_the_recorded_call(http_server: Any) -> N
     assert final.usage.output_tokens == len(call.completion_ids)
 
 
+async def test_stream_message_start_carries_the_real_input_token_count(
+    http_server: Any,
+) -> None:
+    ep = await start_episode(http_server)
+    async with client(ep).messages.stream(model="tiny", max_tokens=4, messages=USER) as s:
+        events = [e async for e in s]
+    (call,) = await stored_calls(http_server, ep.episode_id)
+    start = events[0]
+    assert start.type == "message_start"
+    assert start.message.usage.input_tokens == len(call.prompt_ids) > 0
+
+
 async def test_tool_use_and_tool_result_stay_on_one_timeline(scripted_server: Any) -> None:
     ep = await start_episode(scripted_server)
     scripted_server.script.replies = [

@@ -227,13 +227,17 @@ class EpisodeRegistry:
         sampling: SamplingRequest = SamplingRequest(),
         request_id: str = "",
         input_field: str = "input",
+        on_prompt: Callable[[list[int]], None] | None = None,
     ) -> AsyncIterator[GenerationChunk | GenerationResult]:
         """Runs one call: validates, renders, streams the engine's chunks, records the call,
-        and yields the GenerationResult last."""
+        and yields the GenerationResult last. `on_prompt` is told the exact prompt ids
+        before the engine starts (a stream's header reports their count up front)."""
         open_ = await self._require_open(episode_id)
         if request_id:
             for call in open_.calls:
                 if call.request_id == request_id:
+                    if on_prompt is not None:
+                        on_prompt(call.prompt_ids)
                     yield self._replay(call)
                     return
         host = self._resolve_model(open_.record, model)
@@ -284,6 +288,8 @@ class EpisodeRegistry:
                 Reason.OVER_CAPACITY,
                 f"model {host.name!r} already runs {self.policy.max_inflight} generations",
             )
+        if on_prompt is not None:
+            on_prompt(prompt_ids)
         output: GenerationOutput | None = None
         self._inflight[host.name] = self._inflight.get(host.name, 0) + 1
         try:

@@ -154,15 +154,19 @@ class AnthropicServingMessages:
                 temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens,
                 stop=tuple(req.stop_sequences or ()),
             )
+            prompt_ids: list[int] = []
             gens = Generations([self.swarm.episodes.generate(
                 episode.episode_id, model=req.model, messages=messages, tools=tools,
                 sampling=sampling, input_field="input", request_id=req.request_id or "",
+                on_prompt=prompt_ids.extend,
             )])
             await gens.start()
         except SwarmError as err:
             raise from_swarm_error(err, PARAMS) from None
         if req.stream:
-            return EventStreamResponse(self._stream(req, episode.episode_id, parse_tools, gens))
+            # start() has rendered the prompt: message_start can carry its real size.
+            return EventStreamResponse(self._stream(
+                req, episode.episode_id, parse_tools, gens, len(prompt_ids)))
         try:
             [result] = await unless_disconnected(raw, gens.results())
         except SwarmError as err:
@@ -226,7 +230,7 @@ class AnthropicServingMessages:
         return blocks
 
     async def _stream(self, req: MessagesRequest, episode_id: str, parse_tools: bool,
-                      gens: Generations) -> AsyncIterator[str]:
+                      gens: Generations, input_tokens: int) -> AsyncIterator[str]:
         msg_id = f"msg_{uuid.uuid4().hex}"
         parser = ReplyParser()
         blocks = 0  # content blocks started
@@ -285,7 +289,7 @@ class AnthropicServingMessages:
         yield sse({"type": "message_start", "message": {
             "id": msg_id, "type": "message", "role": "assistant", "model": req.model,
             "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0}}}, "message_start")
+            "usage": {"input_tokens": input_tokens, "output_tokens": 0}}}, "message_start")
         try:
             async for _, item in gens.merged():
                 if isinstance(item, GenerationChunk):
