@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 from pathlib import Path
-
-import structlog
 
 from swarmrl_server.config import ModelSpec, ServerConfig
 
@@ -96,9 +93,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(args.log_level.upper()))
-    )
+    from swarmrl_server.logs import configure as configure_logs
+
+    configure_logs(args.log_level)  # JSON lines unless stderr is a terminal
     if "help" in args.train_option:
         from swarmrl_server.trainer.config import describe_options
 

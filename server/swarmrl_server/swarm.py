@@ -20,6 +20,7 @@ from swarmrl_server.events import EventLog
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
+from swarmrl_server.telemetry import GaugeSample, Telemetry
 
 log = structlog.get_logger("swarmrl.swarm")
 
@@ -55,11 +56,14 @@ class Swarm:
         self.instance = uuid.uuid4().hex
         self.store = SqliteStore(":memory:" if data_dir is None else data_dir / "swarm.sqlite3")
         self.events = EventLog(self.store)
+        self.telemetry = Telemetry()
+        self.telemetry.add_gauges(self._live_gauges)
         self.sessions = SessionTable(self.store, self._abort_session)
         self.episodes = EpisodeRegistry(
             self.store, models, EpisodeKeys(load_secret(data_dir)), policy=policy,
             is_paused=lambda: self.paused_reason,
             require_session=self.sessions.require, on_ended=self._episode_ended,
+            telemetry=self.telemetry,
         )
         self.paused_reason: str | None = None
         self.openai_base_url = ""
@@ -69,6 +73,8 @@ class Swarm:
         await self.store.open()
         await self.sessions.load()
         await self.episodes.load()
+        self.telemetry.set_episode_counts({
+            k: v for k, v in (await self.store.counts()).items() if k != EpisodeState.OPEN.value})
         for host in self.models.values():
             await host.engine.start()
         self.sessions.start_reaper()
@@ -91,6 +97,34 @@ class Swarm:
             trainer = self.models[name].trainer
             if trainer is not None:
                 trainer.notify_episode_ended(record)
+
+    def _live_gauges(self) -> list[GaugeSample]:
+        """What /metrics reads at scrape time: open episodes, sessions, versions, queues."""
+        out = [
+            GaugeSample("episodes", "Episodes by state", {"state": EpisodeState.OPEN.value},
+                        float(self.episodes.open_count)),
+            GaugeSample("sessions", "Client sessions with a live lease", {}, float(len(self.sessions))),
+            GaugeSample("generation_paused", "1 while generation is paused", {},
+                        float(self.paused_reason is not None)),
+        ]
+        depth = "Requests waiting, by model and queue"
+        for name, host in self.models.items():
+            labels = {"model": name}
+            out.append(GaugeSample("policy_version", "Policy version served", labels,
+                                   float(host.engine.policy_version)))
+            out.append(GaugeSample("queue_depth", depth, {**labels, "queue": "inflight"},
+                                   float(self.episodes.inflight(name))))
+            stats = getattr(host.engine, "stats", None)  # HFEngine's scheduler counters
+            if stats is not None:
+                out.append(GaugeSample("queue_depth", depth, {**labels, "queue": "engine_waiting"},
+                                       float(stats.waiting)))
+                out.append(GaugeSample("queue_depth", depth, {**labels, "queue": "engine_running"},
+                                       float(stats.active_rows)))
+            if host.trainer is not None:
+                out.append(GaugeSample("queue_depth", depth,
+                                       {**labels, "queue": "trainer_pending"},
+                                       float(host.trainer.pending)))
+        return out
 
     # -- admin ---------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -29,8 +29,12 @@ from swarmrl_server.episodes.chat import Message, parse_reply, validate_messages
 from swarmrl_server.episodes.render import extended_parent, render_prompt
 from swarmrl_server.errors import Reason, SwarmError, invalid, not_found, precondition, unavailable
 from swarmrl_server.hosting import ModelHost
+from swarmrl_server.logs import bind_ids
 from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from swarmrl_server.telemetry import Telemetry
 
 log = structlog.get_logger("swarmrl.episodes")
 
@@ -123,6 +127,7 @@ class EpisodeRegistry:
         is_paused: Callable[[], str | None] = lambda: None,
         require_session: Callable[[str], object] = lambda s: None,
         on_ended: Callable[[EpisodeRecord], Awaitable[None]] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._store = store
         self._models = models
@@ -131,6 +136,7 @@ class EpisodeRegistry:
         self._is_paused = is_paused
         self._require_session = require_session
         self._on_ended = on_ended
+        self._telemetry = telemetry
         self._open: dict[str, _Open] = {}
         self._inflight: dict[str, int] = {}
 
@@ -143,6 +149,16 @@ class EpisodeRegistry:
     @property
     def open_count(self) -> int:
         return len(self._open)
+
+    def inflight(self, model: str) -> int:
+        """Generations of `model` running or queued now."""
+        return self._inflight.get(model, 0)
+
+    def open_episodes(self) -> list[tuple[EpisodeRecord, int, float]]:
+        """Open episodes with their call count and the time of their last activity."""
+        return [(o.record, len(o.calls),
+                 max([o.record.start_time] + [c.created_at for c in o.calls]))
+                for o in self._open.values()]
 
     def open_in_session(self, session_id: str) -> list[str]:
         return [e for e, o in self._open.items() if o.record.session_id == session_id]
@@ -190,6 +206,7 @@ class EpisodeRegistry:
         )
         await self._store.create_episode(record)
         self._open[episode_id] = _Open(record, [])
+        bind_ids(episode_id=episode_id)
         log.debug("episode_started", episode_id=episode_id, task_id=task_id)
         return record, self.keys.key_for(episode_id)
 
@@ -232,6 +249,7 @@ class EpisodeRegistry:
         """Runs one call: validates, renders, streams the engine's chunks, records the call,
         and yields the GenerationResult last. `on_prompt` is told the exact prompt ids
         before the engine starts (a stream's header reports their count up front)."""
+        bind_ids(episode_id=episode_id)
         open_ = await self._require_open(episode_id)
         if request_id:
             for call in open_.calls:
@@ -291,12 +309,18 @@ class EpisodeRegistry:
         if on_prompt is not None:
             on_prompt(prompt_ids)
         output: GenerationOutput | None = None
+        call_id = f"call-{uuid.uuid4().hex}"
+        bind_ids(call_id=call_id)
+        t0 = time.perf_counter()
+        first_token_s: float | None = None
         self._inflight[host.name] = self._inflight.get(host.name, 0) + 1
         try:
             async for item in host.engine.generate(prompt_ids, params):
                 if isinstance(item, GenerationOutput):
                     output = item
                 else:
+                    if first_token_s is None:
+                        first_token_s = time.perf_counter() - t0
                     yield item
         finally:
             self._inflight[host.name] -= 1
@@ -311,7 +335,7 @@ class EpisodeRegistry:
             chat["reply"] = message
             chat_json = json.dumps(chat)
         call = CallRecord(
-            call_id=f"call-{uuid.uuid4().hex}", episode_id=episode_id, seq=-1,
+            call_id=call_id, episode_id=episode_id, seq=-1,
             model=host.name, prompt_ids=list(output.prompt_ids),
             completion_ids=list(output.completion_ids), logprobs=list(output.logprobs),
             policy_version=output.policy_version, finish_reason=finish_reason,
@@ -322,6 +346,11 @@ class EpisodeRegistry:
         # Once the engine has finished, the call is recorded whole even if the caller goes
         # away meanwhile, so the store and the in-memory call list never disagree.
         await asyncio.shield(self._record_call(open_, call))
+        if self._telemetry is not None:
+            self._telemetry.call_done(
+                host.name, prompt_tokens=len(call.prompt_ids),
+                completion_tokens=len(call.completion_ids), finish_reason=finish_reason,
+                first_token_s=first_token_s, total_s=time.perf_counter() - t0)
         yield GenerationResult(call, message, finish_reason, overridden)
 
     async def _record_call(self, open_: _Open, call: CallRecord) -> None:
@@ -421,6 +450,8 @@ class EpisodeRegistry:
                 episode_id, EpisodeState.ENDED, reward=final, request_id=request_id
             )
             del self._open[episode_id]
+        if self._telemetry is not None:
+            self._telemetry.episode_finished(EpisodeState.ENDED.value)
         record = await self.get(episode_id)
         if self._on_ended is not None:
             await self._on_ended(record)
@@ -444,6 +475,8 @@ class EpisodeRegistry:
                 request_id=request_id, abort_reason=reason or "aborted by client",
             )
             del self._open[episode_id]
+        if self._telemetry is not None:
+            self._telemetry.episode_finished(EpisodeState.ABORTED.value)
         return await self.get(episode_id)
 
     async def _replayed_finish(

@@ -17,6 +17,7 @@ from swarmrl._proto.v1 import (
     session_service_pb2_grpc,
 )
 from swarmrl_server.grpc.auth import AuthInterceptor, KeyRing
+from swarmrl_server.grpc.observe import ObserveInterceptor
 from swarmrl_server.grpc.servicers import AdminServicer, EpisodeServicer, SessionServicer
 from swarmrl_server.swarm import Swarm
 
@@ -68,7 +69,10 @@ async def create_server(
     tls: grpc.ServerCredentials | None = None,
 ) -> SwarmGrpcServer:
     """Builds and starts the server on `address` ("host:0" picks a free port)."""
-    interceptors = [AuthInterceptor(keys)] if keys is not None and keys.enabled else []
+    # Outermost first: the request context and its metrics see refused calls too.
+    interceptors: list[grpc.aio.ServerInterceptor] = [ObserveInterceptor(swarm.telemetry)]
+    if keys is not None and keys.enabled:
+        interceptors.append(AuthInterceptor(keys))
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
     session_service_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(swarm), server)
     episode_service_pb2_grpc.add_EpisodeServiceServicer_to_server(EpisodeServicer(swarm), server)

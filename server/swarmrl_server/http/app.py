@@ -32,6 +32,7 @@ from swarmrl_server.http.messages.api_router import attach_router as attach_mess
 from swarmrl_server.http.messages.serving import AnthropicServingMessages
 from swarmrl_server.http.models.api_router import attach_router as attach_models
 from swarmrl_server.http.models.serving import OpenAIServingModels
+from swarmrl_server.http.observe import attach as attach_observability
 from swarmrl_server.http.protocol import log
 from swarmrl_server.http.sse import ClientDisconnected
 from swarmrl_server.swarm import Swarm
@@ -147,6 +148,7 @@ def build_app(
 
     _install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    attach_observability(app, swarm.telemetry)  # /metrics; outermost: sees every status
     return app
 
 

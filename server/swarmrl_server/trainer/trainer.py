@@ -351,6 +351,8 @@ class Trainer:
             for reason, records in dropped.items():
                 self._unreported[reason] = self._unreported.get(reason, 0) + len(records)
                 self.dropped_total[reason] = self.dropped_total.get(reason, 0) + len(records)
+            self.swarm.telemetry.episodes_dropped_by(
+                self.name, {k: len(v) for k, v in dropped.items()})
             log.info("episodes_dropped", model=self.name,
                      **{k: len(v) for k, v in dropped.items()})
             return
@@ -360,12 +362,14 @@ class Trainer:
         values.update(metrics.staleness_metrics(staleness))
         values.update(metrics.merge_metrics(merged))
         self._count_drops(dropped, values)
+        self.swarm.telemetry.episodes_dropped_by(self.name, {k: len(v) for k, v in dropped.items()})
         values.update({
             "actor/policy_version": float(self.policy_version), "actor/lr": self.config.lr,
             "batch/groups": float(len(plan.groups)), "batch/pending": float(len(self._pending)),
             "time/step_s": time.monotonic() - t0, "time/wait_s": wait_s,
         })
         self.writer.write(self.step, values, staleness=staleness)
+        self.swarm.telemetry.trainer_step(self.name, self.step, values, staleness)
         self._last_step_end = time.monotonic()
         log.debug("train_step", model=self.name, step=self.step, reward=values.get("reward/mean"),
                   loss=values.get("loss/total"))

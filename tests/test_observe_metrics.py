@@ -1,0 +1,158 @@
+"""Prometheus /metrics on the HTTP shim, scraped during a short training run, and the
+request context in structured logs."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import structlog
+from prometheus_client.parser import text_string_to_metric_families
+
+import swarmrl
+from swarmrl_server import logs
+from tests.helpers import assert_eventually
+
+
+@pytest.fixture
+async def training_server(tiny_model_dir: Path, model_cache: Path, tmp_path: Path
+                          ) -> AsyncIterator[Any]:
+    from swarmrl_server.app import start_server
+    from swarmrl_server.config import ModelSpec, ServerConfig
+
+    config = ServerConfig(
+        models=(ModelSpec("tiny", "tiny"),), port=0, http_port=0, data_dir=tmp_path / "data",
+        cache_dir=model_cache, grace_s=0.5, train=True,
+        train_options={"progress": "false", "batch_rule": "episodes", "batch_size": "2",
+                       "group_size": "2", "checkpoint_every": "0",
+                       "checkpoint_on_stop": "false"},
+    )
+    running = await start_server(config)
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def scrape(base_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics, parsed with prometheus_client's own parser."""
+    async with httpx.AsyncClient() as http:
+        response = await http.get(f"{base_url}/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(response.text) for s in family.samples
+    }
+
+
+def value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    return sum(v for (n, ls), v in samples.items()
+               if n == name and all(dict(ls).get(k) == w for k, w in labels.items()))
+
+
+async def test_metrics_move_during_a_short_run(training_server: Any) -> None:
+    base = training_server.http.base_url
+    before = await scrape(base)
+    assert value(before, "swarmrl_calls_total") == 0
+    assert value(before, "swarmrl_policy_version", model="tiny") == 0
+
+    async with swarmrl.AsyncSwarmClient(training_server.grpc_target) as client:
+        for i in range(2):  # two episodes through gRPC: one batch, one step
+            async with client.episode(task_id="quiz", group_id="g") as ep:
+                await ep.chat([{"role": "user", "content": "Hi!"}], max_tokens=4, seed=i)
+                await ep.reward(float(i))
+        # One call through the OpenAI shim, in an episode we then abort.
+        ep = await client.start_episode(task_id="side")
+        async with httpx.AsyncClient(base_url=ep.openai_base_url) as http:
+            r = await http.post("/chat/completions", json={
+                "model": "tiny", "messages": [{"role": "user", "content": "Yo"}],
+                "max_tokens": 3},
+                headers={"Authorization": f"Bearer {ep.openai_api_key}"})
+            assert r.status_code == 200, r.text
+            bad = await http.post("/chat/completions", json={"model": "tiny"},
+                                  headers={"Authorization": f"Bearer {ep.openai_api_key}"})
+            assert bad.status_code == 400
+        await ep.abort("done")
+        with pytest.raises(swarmrl.NotFoundError):
+            await client.get_episode("ep-missing")
+
+    trainer = training_server.swarm.models["tiny"].trainer
+    await trainer.wait_for_step(1, timeout=120)
+    after = await assert_eventually(_scraped_step(base), timeout=30)
+
+    assert value(after, "swarmrl_calls_total", door="grpc", model="tiny") == 2
+    assert value(after, "swarmrl_calls_total", door="http", model="tiny") == 1
+    assert value(after, "swarmrl_tokens_total", door="grpc", kind="completion") > 0
+    assert value(after, "swarmrl_tokens_total", door="http", kind="prompt") > 0
+    assert value(after, "swarmrl_call_duration_seconds_count", door="grpc") == 2
+    assert value(after, "swarmrl_time_to_first_token_seconds_count", door="http") == 1
+    assert value(after, "swarmrl_episodes", state="ended") == 2
+    assert value(after, "swarmrl_episodes", state="aborted") == 1
+    assert value(after, "swarmrl_episodes", state="open") == 0
+    assert value(after, "swarmrl_requests_total", door="grpc", method="Generate", code="OK") == 2
+    assert value(after, "swarmrl_requests_total", door="grpc", method="GetEpisode",
+                 code="NOT_FOUND") == 1
+    assert value(after, "swarmrl_requests_total", door="http",
+                 method="POST /v1/chat/completions", code="400") == 1
+    assert value(after, "swarmrl_trainer_steps_total", model="tiny") >= 1
+    assert value(after, "swarmrl_trainer_step_duration_seconds_count", model="tiny") >= 1
+    assert value(after, "swarmrl_weight_sync_duration_seconds_count", model="tiny") >= 1
+    assert value(after, "swarmrl_trainer_staleness_versions_count", model="tiny") >= 2
+    assert value(after, "swarmrl_trainer_merge_token_ratio", model="tiny") >= 1.0
+    assert value(after, "swarmrl_policy_version", model="tiny") >= 1
+    assert ("swarmrl_queue_depth", (("model", "tiny"), ("queue", "engine_waiting"))) in after
+    assert ("swarmrl_queue_depth", (("model", "tiny"), ("queue", "trainer_pending"))) in after
+    # Errors are kept for the live console too.
+    recent = list(training_server.swarm.telemetry.recent_errors)
+    assert {(e.door, e.code) for e in recent} >= {("grpc", "NOT_FOUND"), ("http", "400")}
+
+
+def _scraped_step(base: str) -> Any:
+    async def check() -> dict[Any, float]:
+        samples = await scrape(base)
+        assert value(samples, "swarmrl_trainer_steps_total", model="tiny") >= 1
+        return samples
+    return check
+
+
+def test_logs_are_json_off_a_terminal_and_carry_the_request_ids() -> None:
+    out = io.StringIO()  # not a terminal
+    logs.configure("info", stream=out)
+    try:
+        log = structlog.get_logger("test")
+        with logs.request_scope("grpc", request_id="req-1", episode_id="ep-1"):
+            logs.bind_ids(call_id="call-1")
+            log.info("generated", tokens=3)
+            assert logs.current_door() == "grpc"
+        log.info("outside")
+        assert logs.current_door() == "internal"
+    finally:
+        structlog.reset_defaults()
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert first["event"] == "generated" and first["level"] == "info"
+    assert (first["request_id"], first["episode_id"], first["call_id"], first["door"]) == (
+        "req-1", "ep-1", "call-1", "grpc")
+    assert "request_id" not in second and "timestamp" in second
+
+
+def test_logs_are_pretty_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    logs.configure("info", stream=out)
+    try:
+        with logs.request_scope("http", request_id="req-2"):
+            structlog.get_logger("test").info("hello")
+    finally:
+        structlog.reset_defaults()
+    line = out.getvalue()
+    assert "hello" in line and "req-2" in line and not line.lstrip().startswith("{")
