@@ -39,8 +39,10 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
                    help="OpenAI-compatible HTTP port, 0 = any free port, -1 = off")
     p.add_argument("--tls-cert", type=Path, help="PEM certificate chain (enables TLS)")
     p.add_argument("--tls-key", type=Path, help="PEM private key")
-    p.add_argument("--admin-key", action="append", default=[], help="API key with admin role")
-    p.add_argument("--client-key", action="append", default=[], help="API key with client role")
+    p.add_argument("--admin-key", action="append", default=[],
+                   help="API key with admin role (NAME=KEY binds it to principal NAME)")
+    p.add_argument("--client-key", action="append", default=[],
+                   help="API key with client role (NAME=KEY binds it to principal NAME)")
     # -- storage
     p.add_argument("--data-dir", type=Path,
                    help="keep episodes, checkpoints and logs here (default: memory only)")

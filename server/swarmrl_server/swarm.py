@@ -18,6 +18,7 @@ from swarmrl_server.episodes.sessions import SessionTable
 from swarmrl_server.errors import Reason, not_found, precondition
 from swarmrl_server.events import EventLog
 from swarmrl_server.hosting import ModelHost
+from swarmrl_server.identity import IN_PROCESS, Principal
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
 from swarmrl_server.telemetry import GaugeSample, Telemetry
@@ -142,11 +143,13 @@ class Swarm:
         """Ids of the client sessions whose lease is live (the trainer's "clients" batch rule)."""
         return self.sessions.ids()
 
-    def declare_done(self, session_id: str, model: str = "") -> None:
+    def declare_done(
+        self, session_id: str, model: str = "", caller: Principal = IN_PROCESS
+    ) -> None:
         """A client declares its share of the current batch done, for `model` (or every
         trainable model): with batch_rule=clients a batch is ready once every active
         client has."""
-        self.sessions.require(session_id)
+        self.sessions.require(session_id, caller)
         for trainer in self._trainers(model, "declare done for"):
             trainer.declare_done(session_id)
 

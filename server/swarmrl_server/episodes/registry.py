@@ -5,6 +5,12 @@ extends) and in the store; every state change is committed to the store before
 the call returns. Retried requests carry a client-made request_id and are
 applied once: a repeated StartEpisode returns the same episode, a repeated
 EndEpisode the stored answer, a repeated Generate the recorded call.
+
+Every episode belongs to its session's owner (`EpisodeRecord.owner`). Each entry
+point takes the caller's `Principal`; a caller that may not act on the episode gets
+the same NOT_FOUND as for an id that never existed, and request ids are looked up
+within the caller's own episodes only. In-process callers (the HTTP shim, whose
+per-episode key already named the episode) pass `IN_PROCESS`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from swarmrl_server.episodes.chat import Message, parse_reply, validate_messages
 from swarmrl_server.episodes.render import extended_parent, render_prompt
 from swarmrl_server.errors import Reason, SwarmError, invalid, not_found, precondition, unavailable
 from swarmrl_server.hosting import ModelHost
+from swarmrl_server.identity import IN_PROCESS, Principal, require_owner
 from swarmrl_server.logs import bind_ids
 from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
@@ -40,6 +47,7 @@ log = structlog.get_logger("swarmrl.episodes")
 
 MAX_ID_LEN = 256
 MAX_LABELS = 64
+MAX_REASON_LEN = 1024
 
 
 @dataclass(frozen=True)
@@ -125,7 +133,7 @@ class EpisodeRegistry:
         *,
         policy: GenerationPolicy | None = None,
         is_paused: Callable[[], str | None] = lambda: None,
-        require_session: Callable[[str], object] = lambda s: None,
+        require_session: Callable[[str, Principal], object] = lambda s, c: None,
         on_ended: Callable[[EpisodeRecord], Awaitable[None]] | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
@@ -175,15 +183,18 @@ class EpisodeRegistry:
         models: list[str],
         request_id: str,
         labels: dict[str, str],
+        caller: Principal = IN_PROCESS,
     ) -> tuple[EpisodeRecord, str]:
-        """Starts an episode; returns it and its API key (for the OpenAI shim)."""
+        """Starts an episode in `caller`'s session; returns it and its API key (for the
+        OpenAI shim)."""
+        session = self._require_session(session_id, caller)
+        owner = getattr(session, "owner", caller.name)
         if request_id:
             if len(request_id) > MAX_ID_LEN:
                 raise invalid("request_id", f"must be at most {MAX_ID_LEN} characters")
-            existing = await self._store.find_episode_by_start_request(request_id)
+            existing = await self._store.find_episode_by_start_request(request_id, owner)
             if existing is not None:
                 return existing, self.keys.key_for(existing.episode_id)
-        self._require_session(session_id)
         for name, value in (("task_id", task_id), ("group_id", group_id),
                             ("agent_version", agent_version)):
             if len(value) > MAX_ID_LEN:
@@ -202,7 +213,7 @@ class EpisodeRegistry:
             episode_id=episode_id, session_id=session_id, task_id=task_id,
             group_id=group_id or task_id, agent_version=agent_version, models=list(models),
             labels=dict(labels), state=EpisodeState.OPEN, start_time=time.time(),
-            start_request_id=request_id,
+            start_request_id=request_id, owner=owner,
         )
         await self._store.create_episode(record)
         self._open[episode_id] = _Open(record, [])
@@ -212,21 +223,28 @@ class EpisodeRegistry:
 
     # -- lookups -------------------------------------------------------------------
 
-    async def get(self, episode_id: str, *, with_calls: bool = False) -> EpisodeRecord:
+    async def get(
+        self, episode_id: str, *, with_calls: bool = False, caller: Principal = IN_PROCESS
+    ) -> EpisodeRecord:
         record = await self._store.get_episode(episode_id, with_calls=with_calls)
         if record is None:
             raise not_found(Reason.EPISODE_NOT_FOUND, "episode", episode_id)
+        require_owner(caller, record.owner, Reason.EPISODE_NOT_FOUND, "episode", episode_id)
         return record
 
     async def by_api_key(self, api_key: str) -> EpisodeRecord | None:
         episode_id = self.keys.episode_for(api_key)
         return None if episode_id is None else await self._store.get_episode(episode_id)
 
-    async def _require_open(self, episode_id: str) -> _Open:
+    async def _require_open(self, episode_id: str, caller: Principal = IN_PROCESS) -> _Open:
         open_ = self._open.get(episode_id)
         if open_ is not None:
+            require_owner(
+                caller, open_.record.owner, Reason.EPISODE_NOT_FOUND, "episode", episode_id
+            )
             return open_
-        record = await self.get(episode_id)  # NOT_FOUND when it never existed
+        # NOT_FOUND when it never existed or is not the caller's.
+        record = await self.get(episode_id, caller=caller)
         raise precondition(
             Reason.EPISODE_NOT_OPEN, f"episode {episode_id} is {record.state.value}, not open"
         )
@@ -245,12 +263,13 @@ class EpisodeRegistry:
         request_id: str = "",
         input_field: str = "input",
         on_prompt: Callable[[list[int]], None] | None = None,
+        caller: Principal = IN_PROCESS,
     ) -> AsyncIterator[GenerationChunk | GenerationResult]:
         """Runs one call: validates, renders, streams the engine's chunks, records the call,
         and yields the GenerationResult last. `on_prompt` is told the exact prompt ids
         before the engine starts (a stream's header reports their count up front)."""
         bind_ids(episode_id=episode_id)
-        open_ = await self._require_open(episode_id)
+        open_ = await self._require_open(episode_id, caller)
         if request_id:
             for call in open_.calls:
                 if call.request_id == request_id:
@@ -414,10 +433,12 @@ class EpisodeRegistry:
 
     # -- rewards and endings -------------------------------------------------------
 
-    async def submit_reward(self, episode_id: str, value: float, call_id: str = "") -> float | None:
+    async def submit_reward(
+        self, episode_id: str, value: float, call_id: str = "", caller: Principal = IN_PROCESS
+    ) -> float | None:
+        open_ = await self._require_open(episode_id, caller)
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             raise invalid("value", f"reward must be a finite number; got {value!r}")
-        open_ = await self._require_open(episode_id)
         async with open_.lock:
             await self._require_open(episode_id)
             if call_id:
@@ -431,13 +452,16 @@ class EpisodeRegistry:
                 open_.record.reward = float(value)
             return open_.record.reward
 
-    async def end(self, episode_id: str, reward: float | None, request_id: str) -> EpisodeRecord:
+    async def end(
+        self, episode_id: str, reward: float | None, request_id: str,
+        caller: Principal = IN_PROCESS,
+    ) -> EpisodeRecord:
         if reward is not None and not math.isfinite(reward):
             raise invalid("reward", f"reward must be a finite number; got {reward!r}")
-        replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ENDED)
+        replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ENDED, caller)
         if replay is not None:
             return replay
-        open_ = await self._require_open(episode_id)
+        open_ = await self._require_open(episode_id, caller)
         async with open_.lock:
             await self._require_open(episode_id)
             final = open_.record.reward if reward is None else float(reward)
@@ -457,19 +481,27 @@ class EpisodeRegistry:
             await self._on_ended(record)
         return record
 
-    async def abort(self, episode_id: str, reason: str, request_id: str = "") -> EpisodeRecord:
-        replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ABORTED)
+    async def abort(
+        self, episode_id: str, reason: str, request_id: str = "", caller: Principal = IN_PROCESS
+    ) -> EpisodeRecord:
+        if len(reason) > MAX_REASON_LEN:
+            raise invalid("reason", f"must be at most {MAX_REASON_LEN} characters")
+        replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ABORTED, caller)
         if replay is not None:
             return replay
         open_ = self._open.get(episode_id)
+        if open_ is not None:
+            require_owner(
+                caller, open_.record.owner, Reason.EPISODE_NOT_FOUND, "episode", episode_id
+            )
         if open_ is None:
-            record = await self.get(episode_id)
+            record = await self.get(episode_id, caller=caller)
             if record.state is EpisodeState.ABORTED:
                 return record  # aborting twice is harmless
             raise precondition(Reason.EPISODE_NOT_OPEN, f"episode {episode_id} already ended")
         async with open_.lock:
             if episode_id not in self._open:
-                return await self.abort(episode_id, reason, request_id)
+                return await self.abort(episode_id, reason, request_id, caller)
             await self._store.finish_episode(
                 episode_id, EpisodeState.ABORTED, reward=open_.record.reward,
                 request_id=request_id, abort_reason=reason or "aborted by client",
@@ -480,12 +512,14 @@ class EpisodeRegistry:
         return await self.get(episode_id)
 
     async def _replayed_finish(
-        self, episode_id: str, request_id: str, state: EpisodeState
+        self, episode_id: str, request_id: str, state: EpisodeState, caller: Principal
     ) -> EpisodeRecord | None:
         """The stored answer when `request_id` is the call that already finished the episode."""
         if not request_id or episode_id in self._open:
             return None
         record = await self._store.get_episode(episode_id)
+        if record is not None and not caller.may_act_on(record.owner):
+            return None  # the caller gets NOT_FOUND further on
         if record is not None and record.state is state and record.end_request_id == request_id:
             return record
         return None

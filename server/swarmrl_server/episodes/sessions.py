@@ -3,6 +3,9 @@
 A client opens a session (its own id, so reopening is idempotent) and renews
 the lease by heartbeat. A reaper aborts the open episodes of sessions whose
 lease ran out, so a crashed client never pins half-finished episodes.
+
+A session belongs to the principal that opened it: only that principal (or an
+admin) may reopen, heartbeat, close or declare-done it; others get NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from swarmrl_server.errors import Reason, invalid, not_found
+from swarmrl_server.identity import IN_PROCESS, Principal, require_owner
 from swarmrl_server.store.records import SessionRecord
 from swarmrl_server.store.sqlite import SqliteStore
 
@@ -60,34 +64,53 @@ class SessionTable:
         """Ids of the sessions whose lease is live."""
         return set(self._sessions)
 
-    async def open(self, session_id: str, client_name: str, lease_s: float | None) -> SessionRecord:
+    async def open(
+        self, session_id: str, client_name: str, lease_s: float | None,
+        caller: Principal = IN_PROCESS,
+    ) -> SessionRecord:
         if not session_id:
             raise invalid("session_id", "must not be empty")
         if len(session_id) > 128:
             raise invalid("session_id", "must be at most 128 characters")
+        if len(client_name) > 256:
+            raise invalid("client_name", "must be at most 256 characters")
+        owner = caller.name
+        existing = self._sessions.get(session_id)
+        if existing is not None:
+            # Reopening renews the lease; only the owner may, and an admin keeps the owner.
+            if not caller.may_act_on(existing.owner):
+                raise invalid("session_id", "is taken; choose another session id")
+            owner = existing.owner
         lease = DEFAULT_LEASE_S if not lease_s else min(max(lease_s, MIN_LEASE_S), MAX_LEASE_S)
-        record = SessionRecord(session_id, client_name, lease, time.time() + lease)
+        record = SessionRecord(session_id, client_name, lease, time.time() + lease, owner)
         await self._store.put_session(record)
         self._sessions[session_id] = record
         return record
 
-    def require(self, session_id: str) -> SessionRecord:
+    def require(self, session_id: str, caller: Principal = IN_PROCESS) -> SessionRecord:
+        """The live session `session_id` if `caller` owns it; NOT_FOUND otherwise."""
         record = self._sessions.get(session_id)
         if record is None:
             raise not_found(Reason.SESSION_NOT_FOUND, "session", session_id)
+        require_owner(caller, record.owner, Reason.SESSION_NOT_FOUND, "session", session_id)
         return record
 
-    async def heartbeat(self, session_id: str) -> SessionRecord:
-        record = self.require(session_id)
+    async def heartbeat(self, session_id: str, caller: Principal = IN_PROCESS) -> SessionRecord:
+        record = self.require(session_id, caller)
         record.expires_at = time.time() + record.lease_s
         # Persisting every heartbeat would cost an fsync each; the expiry is
         # recomputed from the lease on restart anyway, so memory is enough.
         return record
 
-    async def close(self, session_id: str, reason: str = "session closed") -> int:
-        record = self._sessions.pop(session_id, None)
-        if record is None:
+    async def close(
+        self, session_id: str, reason: str = "session closed", caller: Principal = IN_PROCESS
+    ) -> int:
+        record = self._sessions.get(session_id)
+        # Closing is idempotent: an unknown session answers 0, and so does another
+        # principal's, which stays open (the answer must not tell the two apart).
+        if record is None or not caller.may_act_on(record.owner):
             return 0
+        del self._sessions[session_id]
         await self._store.delete_session(session_id)
         return await self._on_expire(session_id, reason)
 

@@ -74,8 +74,10 @@ async def create_server(
     if keys is not None and keys.enabled:
         interceptors.append(AuthInterceptor(keys))
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
-    session_service_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(swarm), server)
-    episode_service_pb2_grpc.add_EpisodeServiceServicer_to_server(EpisodeServicer(swarm), server)
+    session_service_pb2_grpc.add_SessionServiceServicer_to_server(
+        SessionServicer(swarm, keys), server)
+    episode_service_pb2_grpc.add_EpisodeServiceServicer_to_server(
+        EpisodeServicer(swarm, keys), server)
     admin_service_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(swarm), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

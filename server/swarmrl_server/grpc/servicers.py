@@ -18,7 +18,9 @@ from swarmrl._proto.v1 import types_pb2 as t_pb
 from swarmrl_server.engine.base import GenerationChunk
 from swarmrl_server.episodes.registry import GenerationResult
 from swarmrl_server.errors import invalid
+from swarmrl_server.identity import Principal
 from swarmrl_server.grpc import convert
+from swarmrl_server.grpc.auth import KeyRing
 from swarmrl_server.grpc.errors import translate_errors
 from swarmrl_server.swarm import Swarm
 
@@ -31,14 +33,24 @@ def _duration(seconds: float) -> duration_pb2.Duration:
     return d
 
 
-class SessionServicer(s_grpc.SessionServiceServicer):
-    def __init__(self, swarm: Swarm) -> None:
-        self.swarm = swarm
+class _Owned:
+    """Resolves each RPC's caller to the principal that owns what it opens."""
 
+    def __init__(self, swarm: Swarm, keys: KeyRing | None = None) -> None:
+        self.swarm = swarm
+        self._keys = keys or KeyRing()
+
+    def caller(self, context: Context) -> Principal:
+        return self._keys.caller(context.invocation_metadata())
+
+
+class SessionServicer(_Owned, s_grpc.SessionServiceServicer):
     @translate_errors
     async def OpenSession(self, request: s_pb.OpenSessionRequest, context: Context) -> s_pb.OpenSessionResponse:
         lease = request.lease.ToNanoseconds() / 1e9 if request.HasField("lease") else None
-        s = await self.swarm.sessions.open(request.session_id, request.client_name, lease)
+        s = await self.swarm.sessions.open(
+            request.session_id, request.client_name, lease, self.caller(context)
+        )
         return s_pb.OpenSessionResponse(
             session_id=s.session_id, lease=_duration(s.lease_s),
             server_instance=self.swarm.instance,
@@ -46,7 +58,7 @@ class SessionServicer(s_grpc.SessionServiceServicer):
 
     @translate_errors
     async def Heartbeat(self, request: s_pb.HeartbeatRequest, context: Context) -> s_pb.HeartbeatResponse:
-        s = await self.swarm.sessions.heartbeat(request.session_id)
+        s = await self.swarm.sessions.heartbeat(request.session_id, self.caller(context))
         return s_pb.HeartbeatResponse(
             lease=_duration(s.lease_s),
             open_episodes=len(self.swarm.episodes.open_in_session(s.session_id)),
@@ -54,12 +66,14 @@ class SessionServicer(s_grpc.SessionServiceServicer):
 
     @translate_errors
     async def CloseSession(self, request: s_pb.CloseSessionRequest, context: Context) -> s_pb.CloseSessionResponse:
-        aborted = await self.swarm.sessions.close(request.session_id)
+        aborted = await self.swarm.sessions.close(
+            request.session_id, caller=self.caller(context)
+        )
         return s_pb.CloseSessionResponse(aborted_episodes=aborted)
 
     @translate_errors
     async def DeclareDone(self, request: s_pb.DeclareDoneRequest, context: Context) -> s_pb.DeclareDoneResponse:
-        self.swarm.declare_done(request.session_id, request.model)
+        self.swarm.declare_done(request.session_id, request.model, self.caller(context))
         return s_pb.DeclareDoneResponse()
 
     @translate_errors
@@ -79,10 +93,7 @@ class SessionServicer(s_grpc.SessionServiceServicer):
             yield event
 
 
-class EpisodeServicer(ep_grpc.EpisodeServiceServicer):
-    def __init__(self, swarm: Swarm) -> None:
-        self.swarm = swarm
-
+class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
     @translate_errors
     async def StartEpisode(self, request: ep_pb.StartEpisodeRequest, context: Context) -> ep_pb.StartEpisodeResponse:
         if not request.session_id:
@@ -91,6 +102,7 @@ class EpisodeServicer(ep_grpc.EpisodeServiceServicer):
             session_id=request.session_id, task_id=request.task_id, group_id=request.group_id,
             agent_version=request.agent_version, models=list(request.models),
             request_id=request.request_id, labels=dict(request.labels),
+            caller=self.caller(context),
         )
         return ep_pb.StartEpisodeResponse(
             episode_id=record.episode_id,
@@ -115,7 +127,8 @@ class EpisodeServicer(ep_grpc.EpisodeServiceServicer):
         stream = self.swarm.episodes.generate(
             request.episode_id, model=request.model, request_id=request.request_id,
             sampling=convert.sampling_from_proto(request.sampling),
-            input_field=f"input.{kind}" if kind else "input", **kwargs,
+            input_field=f"input.{kind}" if kind else "input", caller=self.caller(context),
+            **kwargs,
         )
         async for item in stream:
             if isinstance(item, GenerationChunk):
@@ -127,7 +140,7 @@ class EpisodeServicer(ep_grpc.EpisodeServiceServicer):
     @translate_errors
     async def SubmitReward(self, request: ep_pb.SubmitRewardRequest, context: Context) -> ep_pb.SubmitRewardResponse:
         reward = await self.swarm.episodes.submit_reward(
-            request.episode_id, request.value, request.call_id
+            request.episode_id, request.value, request.call_id, self.caller(context)
         )
         response = ep_pb.SubmitRewardResponse()
         if reward is not None:
@@ -137,19 +150,23 @@ class EpisodeServicer(ep_grpc.EpisodeServiceServicer):
     @translate_errors
     async def EndEpisode(self, request: ep_pb.EndEpisodeRequest, context: Context) -> ep_pb.EndEpisodeResponse:
         reward = request.reward if request.HasField("reward") else None
-        record = await self.swarm.episodes.end(request.episode_id, reward, request.request_id)
+        record = await self.swarm.episodes.end(
+            request.episode_id, reward, request.request_id, self.caller(context)
+        )
         return ep_pb.EndEpisodeResponse(episode=convert.episode_to_proto(record))
 
     @translate_errors
     async def AbortEpisode(self, request: ep_pb.AbortEpisodeRequest, context: Context) -> ep_pb.AbortEpisodeResponse:
         record = await self.swarm.episodes.abort(
-            request.episode_id, request.reason, request.request_id
+            request.episode_id, request.reason, request.request_id, self.caller(context)
         )
         return ep_pb.AbortEpisodeResponse(episode=convert.episode_to_proto(record))
 
     @translate_errors
     async def GetEpisode(self, request: ep_pb.GetEpisodeRequest, context: Context) -> ep_pb.GetEpisodeResponse:
-        record = await self.swarm.episodes.get(request.episode_id, with_calls=request.include_calls)
+        record = await self.swarm.episodes.get(
+            request.episode_id, with_calls=request.include_calls, caller=self.caller(context)
+        )
         return ep_pb.GetEpisodeResponse(episode=convert.episode_to_proto(record))
 
 

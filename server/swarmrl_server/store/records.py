@@ -19,6 +19,8 @@ class SessionRecord:
     lease_s: float
     expires_at: float
     """Unix time after which the session's open episodes are aborted."""
+    owner: str = ""
+    """The principal that opened the session (see `identity`)."""
 
 
 @dataclass
@@ -70,5 +72,7 @@ class EpisodeRecord:
     end_time: float | None = None
     abort_reason: str = ""
     num_calls: int = 0
+    owner: str = ""
+    """Its session's owner, kept on the episode so it outlives the session."""
     calls: list[CallRecord] = field(default_factory=list)
     """Filled only when asked for (they can be large)."""

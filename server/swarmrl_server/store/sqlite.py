@@ -49,8 +49,6 @@ CREATE TABLE IF NOT EXISTS episodes (
     end_time REAL,
     abort_reason TEXT NOT NULL DEFAULT ''
 );
-CREATE UNIQUE INDEX IF NOT EXISTS episodes_start_request
-    ON episodes(start_request_id) WHERE start_request_id != '';
 CREATE INDEX IF NOT EXISTS episodes_state ON episodes(state);
 CREATE TABLE IF NOT EXISTS calls (
     call_id TEXT PRIMARY KEY,
@@ -85,6 +83,21 @@ CREATE TABLE IF NOT EXISTS events (
     created_at REAL NOT NULL
 );
 """
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Brings a data dir written by an older server up to date (idempotent): owners on
+    sessions and episodes (stores without them had one anonymous owner, ""), and
+    StartEpisode request ids unique per owner rather than server-wide."""
+    for table in ("sessions", "episodes"):
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if "owner" not in columns:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+    conn.execute("DROP INDEX IF EXISTS episodes_start_request")
+    conn.execute(
+        "CREATE UNIQUE INDEX IF NOT EXISTS episodes_owner_start_request "
+        "ON episodes(owner, start_request_id) WHERE start_request_id != ''"
+    )
 
 
 def _ids_to_blob(ids: Iterable[int]) -> bytes:
@@ -131,6 +144,7 @@ class SqliteStore:
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.executescript(SCHEMA)
+        _migrate(conn)
         self._conn = conn
 
     async def close(self) -> None:
@@ -169,10 +183,11 @@ class SqliteStore:
         await self._run(
             self._tx,
             lambda c: c.execute(
-                "INSERT INTO sessions VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+                "INSERT INTO sessions (session_id, client_name, lease_s, expires_at, owner) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
                 "client_name=excluded.client_name, lease_s=excluded.lease_s, "
                 "expires_at=excluded.expires_at",
-                (s.session_id, s.client_name, s.lease_s, s.expires_at),
+                (s.session_id, s.client_name, s.lease_s, s.expires_at, s.owner),
             ),
         )
 
@@ -183,7 +198,9 @@ class SqliteStore:
 
     async def load_sessions(self) -> list[SessionRecord]:
         def _load() -> list[SessionRecord]:
-            rows = self.conn.execute("SELECT * FROM sessions").fetchall()
+            rows = self.conn.execute(
+                "SELECT session_id, client_name, lease_s, expires_at, owner FROM sessions"
+            ).fetchall()
             return [SessionRecord(*row) for row in rows]
 
         return await self._run(_load)
@@ -195,12 +212,12 @@ class SqliteStore:
             self._tx,
             lambda c: c.execute(
                 "INSERT INTO episodes (episode_id, session_id, task_id, group_id, agent_version, "
-                "models, labels, state, start_time, start_request_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "models, labels, state, start_time, start_request_id, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     e.episode_id, e.session_id, e.task_id, e.group_id, e.agent_version,
                     json.dumps(e.models), json.dumps(e.labels), e.state.value, e.start_time,
-                    e.start_request_id,
+                    e.start_request_id, e.owner,
                 ),
             ),
         )
@@ -268,10 +285,14 @@ class SqliteStore:
 
         return await self._run(_get)
 
-    async def find_episode_by_start_request(self, request_id: str) -> EpisodeRecord | None:
+    async def find_episode_by_start_request(
+        self, request_id: str, owner: str = ""
+    ) -> EpisodeRecord | None:
+        """The episode `owner` started with `request_id` (ids are scoped to their owner)."""
+
         def _find() -> EpisodeRecord | None:
             row = self.conn.execute(
-                "SELECT * FROM episodes WHERE start_request_id=?", (request_id,)
+                "SELECT * FROM episodes WHERE owner=? AND start_request_id=?", (owner, request_id)
             ).fetchone()
             return None if row is None else self._episode_from_row(row, False)
 
@@ -343,7 +364,7 @@ class SqliteStore:
     def _episode_from_row(self, row: tuple[Any, ...], with_calls: bool) -> EpisodeRecord:
         (episode_id, session_id, task_id, group_id, agent_version, models, labels, state,
          start_time, start_request_id, end_request_id, reward, end_time,
-         abort_reason) = row
+         abort_reason, owner) = row
         calls = self._calls(episode_id) if with_calls else []
         num_calls = len(calls) if with_calls else self.conn.execute(
             "SELECT COUNT(*) FROM calls WHERE episode_id=?", (episode_id,)
@@ -354,6 +375,7 @@ class SqliteStore:
             state=EpisodeState(state), start_time=start_time,
             start_request_id=start_request_id, end_request_id=end_request_id, reward=reward,
             end_time=end_time, abort_reason=abort_reason, num_calls=num_calls, calls=calls,
+            owner=owner,
         )
 
     def _calls(self, episode_id: str) -> list[CallRecord]:
