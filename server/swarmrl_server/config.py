@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
 def default_torch_threads() -> int:
     """Half the CPU cores, at least 1: see `ServerConfig.torch_threads`."""
     return max(1, (os.cpu_count() or 2) // 2)
+
+
+ENGINES = ("hf", "vllm", "echo")
+"""Engines a model can be served by: transformers in process, vLLM servers, or the echo
+stand-in for load tests (see swarmrl_server.engine)."""
 
 
 @dataclass(frozen=True)
@@ -20,17 +25,50 @@ class ModelSpec:
     """Name clients address it by."""
     source: str
     """"tiny", "tiny:SEED", "smollm2" or a directory with HF weights."""
+    engine: str | None = None
+    """"hf", "vllm" or "echo"; None takes the server's default (`--engine`)."""
+    urls: tuple[str, ...] = ()
+    """vLLM servers to attach to (engine "vllm"); empty: swarmrl launches its own."""
 
     @classmethod
     def parse(cls, text: str) -> ModelSpec:
-        """"NAME=SOURCE", or "SOURCE" (named after it)."""
+        """"[NAME=]SOURCE[@ENGINE]": named after SOURCE when NAME is left out."""
+        engine = None
+        head, at, tail = text.rpartition("@")
+        if at and tail in ENGINES:
+            text, engine = head, tail
         name, sep, source = text.partition("=")
         if not sep:
             source = name
             name = Path(text).name if "/" in text else text.replace(":", "-")
         if not name or not source:
-            raise ValueError(f"model spec {text!r}: expected NAME=SOURCE or SOURCE")
-        return cls(name, source)
+            raise ValueError(f"model spec {text!r}: expected [NAME=]SOURCE[@ENGINE]")
+        return cls(name, source, engine)
+
+
+def with_engines(
+    specs: tuple[ModelSpec, ...], default: str = "hf", urls: list[str] | tuple[str, ...] = ()
+) -> tuple[ModelSpec, ...]:
+    """Gives every spec an engine (its own, else `default`) and hands out `--engine-url`s:
+    "NAME=URL" goes to model NAME, a bare URL to the first vllm model."""
+    if default not in ENGINES:
+        raise ValueError(f"engine {default!r}: expected one of {', '.join(ENGINES)}")
+    specs = tuple(replace(s, engine=s.engine or default) for s in specs)
+    by_name: dict[str, list[str]] = {s.name: list(s.urls) for s in specs}
+    first_vllm = next((s.name for s in specs if s.engine == "vllm"), None)
+    for item in urls:
+        name, sep, url = item.partition("=")
+        if not sep or "://" in name:
+            name, url = first_vllm or "", item
+        if name not in by_name:
+            raise ValueError(f"--engine-url {item!r}: no vllm model {name or ''} to attach it to")
+        spec = next(s for s in specs if s.name == name)
+        if spec.engine != "vllm":
+            raise ValueError(f"--engine-url {item!r}: model {name!r} runs on {spec.engine}, not vllm")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"--engine-url {item!r}: expected an http(s):// URL")
+        by_name[name].append(url.rstrip("/"))
+    return tuple(replace(s, urls=tuple(by_name[s.name])) for s in specs)
 
 
 @dataclass(frozen=True)
@@ -78,3 +116,6 @@ class ServerConfig:
     """Trainer settings (key=value), see `swarmrl serve --help`."""
     resume: Path | None = None
     """Checkpoint directory to resume training from."""
+    vllm_python: Path | None = None
+    """Python of the venv holding vLLM, for launched vLLM servers (default:
+    $SWARMRL_VLLM_PYTHON, else .venv-vllm/bin/python in the working directory)."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import math
 import secrets
 import threading
 import time
@@ -43,18 +42,15 @@ from swarmrl_server.engine.base import (
     GenerationChunk,
     GenerationOutput,
     SamplingParams,
+    check_prompt,
+    check_sampling,
 )
+from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, SwarmError, invalid, unavailable
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-MAX_TOP_LOGPROBS = 20
-"""Most alternatives a call may ask for per token (vLLM's default cap)."""
-_END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
-_DETOKENIZE_CONTEXT = 5
-"""Prompt tokens the detokenizer starts from, so the first token's leading space
-decodes as it does mid-sentence (matters for SentencePiece-style decoders)."""
 
 
 @dataclass(frozen=True)
@@ -74,94 +70,6 @@ class EngineStats:
     """Requests waiting for the next wave."""
 
 
-class _TextStream:
-    """Incremental detokenizer with stop strings.
-
-    Text is released only when it is final: never half a UTF-8 character, and never
-    a tail that might be the start of a stop string. The released pieces concatenate
-    to the final text.
-    """
-
-    def __init__(
-        self, tokenizer: PreTrainedTokenizerBase, prompt_ids: list[int], stop: tuple[str, ...]
-    ) -> None:
-        self._tokenizer = tokenizer
-        self._stop = stop
-        tail = prompt_ids[-_DETOKENIZE_CONTEXT:]
-        if self._decode(tail).endswith("\ufffd"):
-            tail = []  # the prompt ends mid-character; don't let the completion "fix" it
-        self._ids = list(tail)
-        self._prefix = 0  # window start: tokens before it are done with
-        self._read = len(self._ids)  # tokens before it have been turned into text
-        self._text = ""  # completion text decoded so far
-        self._sent = 0  # chars of _text released to the caller
-        self._partial = 0  # chars of the unconverted window already moved to _text
-        self.stopped = False
-        """Whether a stop string matched (text is cut before it)."""
-
-    @property
-    def text(self) -> str:
-        return self._text[: self._sent]
-
-    def _decode(self, ids: list[int]) -> str:
-        text = self._tokenizer.decode(
-            ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
-        )
-        assert isinstance(text, str)
-        return text
-
-    def push(self, token_id: int | None, *, final: bool = False) -> str:
-        """Adds a token (None: none) and returns the text released by it.
-
-        `final` flushes everything held back, incomplete characters included.
-        """
-        if token_id is not None:
-            self._ids.append(token_id)
-        # Decode a short window that starts with already-converted tokens: the diff
-        # to the window's old text is the new text (TGI/vLLM's method, O(1) per token).
-        prefix_text = self._decode(self._ids[self._prefix : self._read])
-        new_text = self._decode(self._ids[self._prefix :])
-        done = len(prefix_text) + self._partial  # window chars already in _text
-        if final or (len(new_text) > done and not new_text.endswith("\ufffd")):
-            self._text += new_text[done:]
-            self._prefix, self._read, self._partial = self._read, len(self._ids), 0
-        else:
-            # The window ends in an incomplete character (or invalid bytes). Characters
-            # before the trailing run of U+FFFD are complete and later bytes can't
-            # change them (UTF-8 is self-synchronising): take them now, keep the rest.
-            stable = new_text.rstrip("\ufffd")
-            if len(stable) > done:
-                self._text += stable[done:]
-                self._partial = len(stable) - len(prefix_text)
-        return self._release(final)
-
-    def _release(self, final: bool) -> str:
-        end = len(self._text)
-        if self._stop:
-            # A match can only start in unreleased text: we never release a stop prefix.
-            hits = [i for s in self._stop if (i := self._text.find(s, self._sent)) != -1]
-            if hits:
-                end = min(hits)
-                self._text = self._text[:end]
-                self.stopped = True
-            elif not final:
-                end -= self._held_stop_prefix()
-        out = self._text[self._sent : end]
-        self._sent = end
-        return out
-
-    def _held_stop_prefix(self) -> int:
-        """Length of the longest unreleased tail that could begin a stop string."""
-        pending = self._text[self._sent :]
-        best = 0
-        for stop in self._stop:
-            for n in range(min(len(stop) - 1, len(pending)), best, -1):
-                if pending.endswith(stop[:n]):
-                    best = n
-                    break
-        return best
-
-
 @dataclass(eq=False)
 class _Request:
     """One call, from submission until its GenerationOutput is sent."""
@@ -171,7 +79,7 @@ class _Request:
     stop_ids: frozenset[int]
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue[GenerationChunk | GenerationOutput | BaseException]
-    stream: _TextStream
+    stream: TextStream
     generator: torch.Generator | None
     cancelled: bool = False
     """Set on the event loop when the caller closes the iterator; the scheduler drops the row."""
@@ -261,22 +169,8 @@ class HFEngine(Engine):
         return cls(name, model, tokenizer, **kwargs)
 
     def _end_of_turn_ids(self) -> tuple[int, ...]:
-        """The tokenizer's eos, generation_config's eos, and ChatML-style turn ends."""
-        ids: list[int] = []
         gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        for tid in [
-            self.tokenizer.eos_token_id,
-            *([gen_eos] if isinstance(gen_eos, int) else gen_eos or []),
-        ]:
-            if tid is not None and int(tid) not in ids:
-                ids.append(int(tid))
-        vocab = self.tokenizer.get_vocab()
-        for token in _END_OF_TURN_TOKENS:
-            if token in vocab and vocab[token] not in ids:
-                ids.append(vocab[token])
-        if not ids:
-            raise ValueError("the tokenizer has no eos token; cannot tell where a turn ends")
-        return tuple(ids)
+        return end_of_turn_ids(self.tokenizer, gen_eos)
 
     # ---- public API -------------------------------------------------------------
 
@@ -362,30 +256,8 @@ class HFEngine(Engine):
     # ---- validation -------------------------------------------------------------
 
     def _new_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> _Request:
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise invalid("prompt_ids", "must not be empty")
-        bad = next((t for t in prompt if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            raise invalid("prompt_ids", f"token id {bad} is outside [0, {self.vocab_size})")
-        if len(prompt) >= self.max_model_len:
-            raise invalid(
-                "prompt_ids",
-                f"{len(prompt)} tokens leave no room to generate"
-                f" (max_model_len {self.max_model_len})",
-            )
-        if not (params.temperature >= 0 and math.isfinite(params.temperature)):
-            raise invalid("params.temperature", "must be a finite number >= 0")
-        if not 0 < params.top_p <= 1:
-            raise invalid("params.top_p", "must be in (0, 1]")
-        if params.max_tokens < 1:
-            raise invalid("params.max_tokens", "must be >= 1")
-        if not 0 <= params.top_logprobs <= MAX_TOP_LOGPROBS:
-            raise invalid("params.top_logprobs", f"must be in [0, {MAX_TOP_LOGPROBS}]")
-        if any(not 0 <= t < self.vocab_size for t in params.stop_token_ids):
-            raise invalid("params.stop_token_ids", f"ids must be in [0, {self.vocab_size})")
-        if any(not s for s in params.stop):
-            raise invalid("params.stop", "stop strings must not be empty")
+        prompt = check_prompt(prompt_ids, self.vocab_size, self.max_model_len)
+        check_sampling(params, self.vocab_size)
         generator = None
         if params.temperature > 0:
             # Every sampled row has its own generator, so its draws don't depend on
@@ -398,7 +270,7 @@ class HFEngine(Engine):
             stop_ids=frozenset(params.stop_token_ids) | frozenset(self.eos_token_ids),
             loop=asyncio.get_running_loop(),
             queue=asyncio.Queue(),
-            stream=_TextStream(self.tokenizer, prompt, tuple(params.stop)),
+            stream=TextStream(self.tokenizer, prompt, tuple(params.stop)),
             generator=generator,
         )
 

@@ -30,7 +30,12 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import structlog
 
-from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
+from swarmrl_server.engine.base import (
+    GenerationChunk,
+    GenerationOutput,
+    SamplingParams,
+    check_sampling,
+)
 from swarmrl_server.episodes.chat import Message, parse_reply, validate_messages
 from swarmrl_server.episodes.render import extended_parent, render_prompt
 from swarmrl_server.errors import Reason, SwarmError, invalid, not_found, precondition, unavailable
@@ -391,20 +396,17 @@ class EpisodeRegistry:
         return self._models[name]
 
     def _sampling(self, s: SamplingRequest, host: ModelHost) -> tuple[SamplingParams, dict[str, Any]]:
-        if s.temperature is not None and not (math.isfinite(s.temperature) and s.temperature >= 0):
-            raise invalid("sampling.temperature", "must be a finite number >= 0")
-        if s.top_p is not None and not (math.isfinite(s.top_p) and 0 < s.top_p <= 1):
-            raise invalid("sampling.top_p", "must be in (0, 1]")
         if s.max_tokens is not None and s.max_tokens <= 0:
             raise invalid("sampling.max_tokens", f"must be positive; got {s.max_tokens}")
-        if not 0 <= s.top_logprobs <= 20:
-            raise invalid("sampling.top_logprobs", "must be between 0 and 20")
-        for i, t in enumerate(s.stop_token_ids):
-            if not 0 <= t < host.engine.vocab_size:
-                raise invalid(f"sampling.stop_token_ids[{i}]", f"{t} is outside the vocabulary")
-        for i, text in enumerate(s.stop):
-            if not text:
-                raise invalid(f"sampling.stop[{i}]", "must not be empty")
+        check_sampling(
+            SamplingParams(
+                temperature=1.0 if s.temperature is None else s.temperature,
+                top_p=1.0 if s.top_p is None else s.top_p,
+                stop_token_ids=tuple(s.stop_token_ids), stop=tuple(s.stop),
+                top_logprobs=s.top_logprobs,
+            ),
+            host.engine.vocab_size, prefix="sampling",
+        )
         overridden: dict[str, Any] = {}
         temperature = 1.0 if s.temperature is None else s.temperature
         top_p = 1.0 if s.top_p is None else s.top_p

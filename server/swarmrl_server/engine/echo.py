@@ -1,0 +1,183 @@
+"""`EchoEngine`: answers at once with deterministic tokens, no model forward.
+
+It exists for load tests of the front doors (gRPC, HTTP): everything around the
+engine (tokenizer, chat rendering, recording, streaming) runs for real, while the
+engine costs next to nothing.
+
+It is a model all the same, with a distribution that the logprobs it reports are
+exact for: at step i < `reply_tokens` the next token is uniform over K candidates
+(ordinary tokens of the prompt, rotated by a hash of the prompt and i), and at
+step `reply_tokens` it is the end-of-turn token with probability 1. So:
+  - temperature 0 picks the first candidate: the reply depends on the prompt only;
+  - temperature > 0 draws from the candidates with a per-call `random.Random`
+    (seeded by `seed`, else random): the same seed gives the same reply;
+  - a token's logprob is -log K (0 for the forced end of turn), whatever the
+    temperature, since tempering a uniform distribution leaves it uniform; top_p
+    keeps the first ceil(top_p * K) candidates and, as in `HFEngine`, the logprob
+    is that of the distribution before truncation.
+
+It honours the rest of the `Engine` contract like the others: prompt and sampling
+checks, stop tokens and strings, max_tokens and the context limit, abort on close
+or stop, and a policy version per call (weights are ignored: there are none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import random
+import secrets
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from swarmrl_server.engine.base import (
+    Engine,
+    FinishReason,
+    GenerationChunk,
+    GenerationOutput,
+    SamplingParams,
+    check_prompt,
+    check_sampling,
+)
+from swarmrl_server.engine.text import TextStream, end_of_turn_ids
+from swarmrl_server.errors import Reason, unavailable
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+CANDIDATES = 8
+"""K: tokens the echo model spreads its probability over at each step."""
+
+
+class EchoEngine(Engine):
+    """A deterministic stand-in model with a real tokenizer (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        vocab_size: int | None = None,
+        max_model_len: int = 2048,
+        reply_tokens: int = 16,
+        token_delay_s: float = 0.0,
+    ) -> None:
+        """`reply_tokens`: tokens before the end of turn; `token_delay_s`: sleep per token
+        (0: just yield to the event loop between tokens)."""
+        self.name = name
+        self.tokenizer = tokenizer
+        self.vocab_size = int(vocab_size or len(tokenizer))
+        self.max_model_len = max_model_len
+        self.reply_tokens = reply_tokens
+        self.token_delay_s = token_delay_s
+        self.eos_token_ids = end_of_turn_ids(tokenizer)
+        # Control tokens (chat markers, eos) never enter the pool: replies are plain text.
+        special = set(getattr(tokenizer, "all_special_ids", [])) | set(self.eos_token_ids)
+        special |= set(getattr(tokenizer, "added_tokens_decoder", {}))
+        self._special = frozenset(special)
+        # Fallback candidates for prompts made only of special tokens.
+        self._fallback = [t for t in range(min(self.vocab_size, 512)) if t not in special]
+        self._policy_version = 0
+        self._running = False
+        self._tokens = 0
+
+    @classmethod
+    def from_pretrained(cls, name: str, path: Path | str, **kwargs: Any) -> EchoEngine:
+        """Loads only the tokenizer and config of a model directory (no weights)."""
+        from transformers import AutoConfig, AutoTokenizer
+
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        kwargs.setdefault("max_model_len", getattr(config, "max_position_embeddings", 2048))
+        return cls(name, tokenizer, vocab_size=config.vocab_size, **kwargs)
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    @property
+    def tokens_generated(self) -> int:
+        return self._tokens
+
+    async def start(self) -> None:
+        self._running = True
+
+    async def stop(self) -> None:
+        self._running = False
+
+    async def update_weights(
+        self, state_dict: Mapping[str, torch.Tensor], policy_version: int
+    ) -> None:
+        self._policy_version = policy_version
+
+    def _candidates(self, prompt: list[int], step: int) -> list[int]:
+        pool = list(dict.fromkeys(t for t in prompt if t not in self._special)) or self._fallback
+        digest = hashlib.blake2b(f"{prompt[-32:]}:{step}".encode(), digest_size=8).digest()
+        start = int.from_bytes(digest, "little") % len(pool)
+        k = min(CANDIDATES, len(pool))
+        return [pool[(start + j) % len(pool)] for j in range(k)]
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
+        prompt = check_prompt(prompt_ids, self.vocab_size, self.max_model_len)
+        check_sampling(params, self.vocab_size)
+        if not self._running:
+            raise unavailable(Reason.SHUTTING_DOWN, f"engine {self.name!r} is not running")
+        version = self._policy_version
+        rng = None
+        if params.temperature > 0:
+            rng = random.Random(params.seed if params.seed is not None else secrets.randbits(63))
+        stop_ids = frozenset(params.stop_token_ids) | frozenset(self.eos_token_ids)
+        stream = TextStream(self.tokenizer, prompt, tuple(params.stop))
+        limit = min(params.max_tokens, self.max_model_len - len(prompt))
+        ids: list[int] = []
+        lps: list[float] = []
+        tops: list[list[tuple[int, float]]] = []
+        reason: FinishReason | None = None
+        while reason is None:
+            if self.token_delay_s:
+                await asyncio.sleep(self.token_delay_s)
+            else:
+                await asyncio.sleep(0)  # a real engine's caller gets to run between tokens
+            if not self._running:
+                reason = "abort"
+                break
+            step = len(ids)
+            if step >= self.reply_tokens:
+                token, lp, alts = self.eos_token_ids[0], 0.0, [(self.eos_token_ids[0], 0.0)]
+            else:
+                cands = self._candidates(prompt, step)
+                lp = -math.log(len(cands))
+                if rng is None:
+                    token = cands[0]
+                else:
+                    token = rng.choice(cands[: max(1, math.ceil(params.top_p * len(cands)))])
+                alts = [(t, lp) for t in cands]
+            ids.append(token)
+            lps.append(lp)
+            top = alts[: params.top_logprobs]
+            if params.top_logprobs:
+                tops.append(top)
+            self._tokens += 1
+            at_limit = len(ids) >= limit
+            if token in stop_ids:
+                text = stream.push(None, final=True)
+                reason = "stop"
+            else:
+                text = stream.push(token, final=at_limit)
+                reason = "stop" if stream.stopped else "length" if at_limit else None
+            yield GenerationChunk([token], [lp], text, [top] if params.top_logprobs else [])
+        yield GenerationOutput(
+            prompt_ids=prompt,
+            completion_ids=ids,
+            logprobs=lps,
+            text=stream.text,
+            finish_reason=reason,
+            policy_version=version,
+            top_logprobs=tops,
+        )

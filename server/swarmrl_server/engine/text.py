@@ -1,0 +1,121 @@
+"""Incremental detokenization with stop strings, shared by the engines that decode text
+themselves (`HFEngine`, `EchoEngine`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+_END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
+_DETOKENIZE_CONTEXT = 5
+"""Prompt tokens the detokenizer starts from, so the first token's leading space
+decodes as it does mid-sentence (matters for SentencePiece-style decoders)."""
+
+
+class TextStream:
+    """Incremental detokenizer with stop strings.
+
+    Text is released only when it is final: never half a UTF-8 character, and never
+    a tail that might be the start of a stop string. The released pieces concatenate
+    to the final text.
+    """
+
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, prompt_ids: list[int], stop: tuple[str, ...]
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._stop = stop
+        tail = prompt_ids[-_DETOKENIZE_CONTEXT:]
+        if self._decode(tail).endswith("\ufffd"):
+            tail = []  # the prompt ends mid-character; don't let the completion "fix" it
+        self._ids = list(tail)
+        self._prefix = 0  # window start: tokens before it are done with
+        self._read = len(self._ids)  # tokens before it have been turned into text
+        self._text = ""  # completion text decoded so far
+        self._sent = 0  # chars of _text released to the caller
+        self._partial = 0  # chars of the unconverted window already moved to _text
+        self.stopped = False
+        """Whether a stop string matched (text is cut before it)."""
+
+    @property
+    def text(self) -> str:
+        return self._text[: self._sent]
+
+    def _decode(self, ids: list[int]) -> str:
+        text = self._tokenizer.decode(
+            ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
+        assert isinstance(text, str)
+        return text
+
+    def push(self, token_id: int | None, *, final: bool = False) -> str:
+        """Adds a token (None: none) and returns the text released by it.
+
+        `final` flushes everything held back, incomplete characters included.
+        """
+        if token_id is not None:
+            self._ids.append(token_id)
+        # Decode a short window that starts with already-converted tokens: the diff
+        # to the window's old text is the new text (TGI/vLLM's method, O(1) per token).
+        prefix_text = self._decode(self._ids[self._prefix : self._read])
+        new_text = self._decode(self._ids[self._prefix :])
+        done = len(prefix_text) + self._partial  # window chars already in _text
+        if final or (len(new_text) > done and not new_text.endswith("\ufffd")):
+            self._text += new_text[done:]
+            self._prefix, self._read, self._partial = self._read, len(self._ids), 0
+        else:
+            # The window ends in an incomplete character (or invalid bytes). Characters
+            # before the trailing run of U+FFFD are complete and later bytes can't
+            # change them (UTF-8 is self-synchronising): take them now, keep the rest.
+            stable = new_text.rstrip("\ufffd")
+            if len(stable) > done:
+                self._text += stable[done:]
+                self._partial = len(stable) - len(prefix_text)
+        return self._release(final)
+
+    def _release(self, final: bool) -> str:
+        end = len(self._text)
+        if self._stop:
+            # A match can only start in unreleased text: we never release a stop prefix.
+            hits = [i for s in self._stop if (i := self._text.find(s, self._sent)) != -1]
+            if hits:
+                end = min(hits)
+                self._text = self._text[:end]
+                self.stopped = True
+            elif not final:
+                end -= self._held_stop_prefix()
+        out = self._text[self._sent : end]
+        self._sent = end
+        return out
+
+    def _held_stop_prefix(self) -> int:
+        """Length of the longest unreleased tail that could begin a stop string."""
+        pending = self._text[self._sent :]
+        best = 0
+        for stop in self._stop:
+            for n in range(min(len(stop) - 1, len(pending)), best, -1):
+                if pending.endswith(stop[:n]):
+                    best = n
+                    break
+        return best
+
+
+def end_of_turn_ids(
+    tokenizer: PreTrainedTokenizerBase, generation_eos: int | list[int] | None = None
+) -> tuple[int, ...]:
+    """Tokens that end a turn: the tokenizer's eos, generation_config's eos
+    (`generation_eos`), and ChatML-style turn ends present in the vocabulary."""
+    ids: list[int] = []
+    extra = [generation_eos] if isinstance(generation_eos, int) else generation_eos or []
+    for tid in [tokenizer.eos_token_id, *extra]:
+        if tid is not None and int(tid) not in ids:
+            ids.append(int(tid))
+    vocab = tokenizer.get_vocab()
+    for token in _END_OF_TURN_TOKENS:
+        if token in vocab and vocab[token] not in ids:
+            ids.append(vocab[token])
+    if not ids:
+        raise ValueError("the tokenizer has no eos token; cannot tell where a turn ends")
+    return tuple(ids)
