@@ -17,22 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 import swarmrl
 from swarmrl_server import logs
 from tests.helpers import assert_eventually
+from tests.observe_support import start_training_server
 
 
 @pytest.fixture
 async def training_server(tiny_model_dir: Path, model_cache: Path, tmp_path: Path
                           ) -> AsyncIterator[Any]:
-    from swarmrl_server.app import start_server
-    from swarmrl_server.config import ModelSpec, ServerConfig
-
-    config = ServerConfig(
-        models=(ModelSpec("tiny", "tiny"),), port=0, http_port=0, data_dir=tmp_path / "data",
-        cache_dir=model_cache, grace_s=0.5, train=True,
-        train_options={"progress": "false", "batch_rule": "episodes", "batch_size": "2",
-                       "group_size": "2", "checkpoint_every": "0",
-                       "checkpoint_on_stop": "false"},
-    )
-    running = await start_server(config)
+    running = await start_training_server(tmp_path / "data", model_cache)
     try:
         yield running
     finally:

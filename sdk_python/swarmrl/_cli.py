@@ -1,4 +1,5 @@
-"""The ``swarmrl`` command: ``serve`` (the server, an optional extra) and ``status``."""
+"""The ``swarmrl`` command: ``serve`` (the server, an optional extra), ``status``, ``run``,
+and the observability commands ``top`` and ``plot``."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ examples:
   swarmrl serve --model tiny                 # a server with a tiny model on 127.0.0.1:50051
   swarmrl status --target gpu-box:50051      # what a server hosts and how busy it is
   swarmrl serve --help                       # every server option
+  swarmrl top                                # live console of a running server
+  swarmrl plot runs/a runs/b                 # PNGs of training runs, overlaid
 
 `swarmrl status` reads SWARMRL_TARGET and SWARMRL_API_KEY when its options are not given.
 """
@@ -66,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     # `run` is dispatched before parsing too (everything after `--` is the agent's command).
     commands.add_parser("run", help="run an agent command in episodes and report its reward")
+    # Dispatched before parsing as well: each has its own parser (see `COMMAND --help`).
+    commands.add_parser("top", help="live console: models, trainer, clients, episodes, errors")
+    commands.add_parser("plot", help="PNGs of training runs (reward, loss, merge, throughput)")
     return parser
 
 
@@ -78,6 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from swarmrl._run import main as run_main
 
         return run_main(args[1:])
+    if args and args[0] == "top":
+        from swarmrl._top import main as top_main
+
+        return top_main(args[1:])
+    if args and args[0] in _SERVER_COMMANDS:
+        return _server_command(_SERVER_COMMANDS[args[0]], args[1:])
     parsed = _parser().parse_args(args)
     if parsed.command == "status":
         return _status(parsed.target, parsed.api_key, parsed.tls, parsed.wait)
@@ -85,10 +97,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
+_SERVER_COMMANDS = {"plot": "swarmrl_server.plots"}
+"""Commands that run server code (matplotlib, the store, tokenizers): imported lazily."""
+
+
 def _serve(argv: list[str]) -> int:
+    return _server_command("swarmrl_server.cli", argv)
+
+
+def _server_command(module: str, argv: list[str]) -> int:
     try:
         # Imported by name so the SDK neither needs nor type-checks the server package.
-        server_cli = importlib.import_module("swarmrl_server.cli")
+        server_cli = importlib.import_module(module)
     except ImportError as err:
         print(f"swarmrl: {_SERVER_MISSING} ({err})", file=sys.stderr)
         return 2

@@ -148,7 +148,7 @@ def build_app(
 
     _install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    attach_observability(app, swarm.telemetry)  # /metrics; outermost: sees every status
+    attach_observability(app, swarm, server_keys)  # /metrics; outermost: sees every status
     return app
 
 

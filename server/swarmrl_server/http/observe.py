@@ -7,14 +7,19 @@ never the raw path: raw paths carry episode keys, which are secrets and unbounde
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from swarmrl_server.grpc.auth import KeyRing, bearer
+from swarmrl_server.http.errors import HttpError
+from swarmrl_server.live import snapshot
 from swarmrl_server.logs import new_request_id, request_scope
+from swarmrl_server.swarm import Swarm
 from swarmrl_server.telemetry import Telemetry, request_timer
 
 UNMATCHED = "(unmatched)"
@@ -51,11 +56,34 @@ class RequestContext:
                 self.telemetry.request_done("http", method, str(status), elapsed())
 
 
-def attach(app: FastAPI, telemetry: Telemetry) -> None:
-    """Adds ``GET /metrics`` (Prometheus text format) and the request-context middleware."""
+def require_admin(keys: KeyRing | None) -> Callable[[Request], None]:
+    """A FastAPI dependency: with keys configured, only an admin key may look (the live
+    view and the episode viewer show every client's episodes)."""
+
+    def check(request: Request) -> None:
+        if keys is None or not keys.enabled:
+            return
+        key = (bearer([("authorization", request.headers.get("authorization", ""))])
+               or request.query_params.get("key", ""))
+        if keys.role(key) != "admin":
+            raise HttpError(401, "this page needs an admin API key (Authorization: Bearer KEY "
+                                 "or ?key=KEY)", code="UNAUTHENTICATED")
+
+    return check
+
+
+def attach(app: FastAPI, swarm: Swarm, keys: KeyRing | None = None) -> None:
+    """Adds ``GET /metrics`` (Prometheus text format), ``GET /swarmrl/live`` (the JSON
+    `swarmrl top` polls) and the request-context middleware."""
+    telemetry = swarm.telemetry
+    admin = [Depends(require_admin(keys))]
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         return Response(telemetry.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/swarmrl/live", include_in_schema=False, dependencies=admin)
+    async def live() -> dict[str, Any]:
+        return snapshot(swarm)
 
     app.add_middleware(RequestContext, telemetry=telemetry)

@@ -195,6 +195,10 @@ class Trainer:
         """Ended episodes waiting to be trained."""
         return len(self._pending)
 
+    def pending_records(self) -> list[EpisodeRecord]:
+        """The ended episodes waiting to be trained (for the live console)."""
+        return list(self._pending.values())
+
     async def wait_for_step(self, step: int, timeout: float = 60.0) -> None:
         """Waits until `step` steps are done (tests, demos)."""
         async def reached() -> None:

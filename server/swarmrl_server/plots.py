@@ -1,0 +1,219 @@
+"""`swarmrl plot RUN_DIR [RUN_DIR ...]`: PNGs of training runs, several overlaid.
+
+Reads the trainer's ``metrics.jsonl`` (one JSON object per step and model, names as
+`trainer/metrics.py` writes them) and writes, into ``--out``:
+
+- ``reward-<task>.png`` per task (and ``reward-all.png``): mean reward over steps;
+- ``training.png``: loss, KL (verl's ``actor/ppo_kl``, or ``actor/kl_ref``), entropy,
+  clip fraction;
+- ``merge.png``: tokens as calls / tokens as timelines (and / packed, when packing);
+- ``throughput.png``: trained tokens/s and episodes/s between steps, and step time.
+
+Every run (and model, when a run trains several) is one line; the raw values are
+drawn faint under a moving average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TRAINING = (("loss/total", "loss"), (("actor/ppo_kl", "actor/kl_ref"), "KL"),
+            ("actor/entropy", "entropy"), ("actor/pg_clipfrac", "clip fraction"))
+
+
+@dataclass
+class Series:
+    """One run's steps of one model."""
+
+    label: str
+    rows: list[dict[str, float]] = field(default_factory=list)
+
+    def values(self, key: str | Sequence[str]) -> tuple[list[float], list[float]]:
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        xs, ys = [], []
+        for row in self.rows:
+            v = next((row[k] for k in keys if row.get(k) is not None), None)
+            if v is not None and math.isfinite(v):
+                xs.append(row["step"])
+                ys.append(v)
+        return xs, ys
+
+    def rates(self, key: str) -> tuple[list[float], list[float]]:
+        """`key` summed per step divided by the wall time since the previous step."""
+        xs, ys = [], []
+        for prev, row in zip(self.rows, self.rows[1:]):
+            dt = row.get("time", 0.0) - prev.get("time", 0.0)
+            if dt > 0 and row.get(key) is not None:
+                xs.append(row["step"])
+                ys.append(row[key] / dt)
+        return xs, ys
+
+    def tasks(self) -> list[str]:
+        found: set[str] = set()
+        for row in self.rows:
+            for k in row:
+                if k.startswith("reward/") and k.endswith("/mean") and k != "reward/mean":
+                    found.add(k[len("reward/"):-len("/mean")])
+        return sorted(found)
+
+
+def find_metrics(run_dir: Path) -> Path:
+    """The run's metrics.jsonl: in the dir, its data/ dir (the demo), or below."""
+    for candidate in (run_dir, run_dir / "data"):
+        if (candidate / "metrics.jsonl").is_file():
+            return candidate / "metrics.jsonl"
+    found = sorted(run_dir.rglob("metrics.jsonl"))
+    if not found:
+        raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
+    return found[0]
+
+
+def load_runs(run_dirs: Sequence[Path]) -> list[Series]:
+    """One series per (run, model); a run's label is its directory name."""
+    out: list[Series] = []
+    names = [d.resolve().name or str(d) for d in run_dirs]
+    if len(set(names)) < len(names):  # same-named dirs: tell them apart by the full path
+        names = [str(d) for d in run_dirs]
+    for run_dir, name in zip(run_dirs, names):
+        by_model: dict[str, Series] = {}
+        for line in find_metrics(run_dir).read_text().splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            model = str(row.get("model", ""))
+            by_model.setdefault(model, Series(name)).rows.append(row)
+        for model, series in by_model.items():
+            if len(by_model) > 1:
+                series.label = f"{name} ({model})"
+            series.rows.sort(key=lambda r: r["step"])
+            out.append(series)
+    return out
+
+
+def smooth(ys: Sequence[float], window: int) -> list[float]:
+    """Trailing moving average (window 1 = the values)."""
+    out, total = [], 0.0
+    for i, y in enumerate(ys):
+        total += y
+        if i >= window:
+            total -= ys[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def _slug(task: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", task).strip("_") or "task"
+
+
+class _Figure:
+    def __init__(self, title: str, panels: int, window: int) -> None:
+        import matplotlib.pyplot as plt
+
+        cols = 2 if panels > 1 else 1
+        rows = math.ceil(panels / cols)
+        self.fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 3.6 * rows),
+                                      squeeze=False)
+        self.axes = [a for row in axes for a in row]
+        for extra in self.axes[panels:]:
+            extra.set_visible(False)
+        if panels > 1:  # one panel has its own title
+            self.fig.suptitle(title)
+        self.window = window
+        self._colors: dict[str, str] = {}
+
+    def line(self, panel: int, label: str, xs: list[float], ys: list[float]) -> None:
+        if not xs:
+            return
+        ax = self.axes[panel]
+        color = self._colors.setdefault(label, f"C{len(self._colors) % 10}")
+        if self.window > 1:
+            ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
+        ax.plot(xs, smooth(ys, self.window), color=color, label=label, linewidth=1.6)
+
+    def save(self, path: Path, titles: Sequence[str], ylabels: Sequence[str]) -> Path:
+        for ax, title, ylabel in zip(self.axes, titles, ylabels):
+            ax.set_title(title)
+            ax.set_xlabel("step")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize="small")
+        self.fig.tight_layout()
+        self.fig.savefig(path, dpi=110)
+        import matplotlib.pyplot as plt
+
+        plt.close(self.fig)
+        return path
+
+
+def plot_runs(run_dirs: Sequence[Path], out_dir: Path, *, window: int = 5) -> list[Path]:
+    """Writes the PNGs; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    runs = load_runs(run_dirs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    tasks = sorted({t for s in runs for t in s.tasks()})
+    for task in ["all", *tasks]:
+        key = "reward/mean" if task == "all" else f"reward/{task}/mean"
+        fig = _Figure(f"reward: {task}", 1, window)
+        for s in runs:
+            fig.line(0, s.label, *s.values(key))
+        written.append(fig.save(out_dir / f"reward-{_slug(task)}.png",
+                                [f"mean reward ({task})"], ["reward"]))
+    fig = _Figure("training", len(TRAINING), window)
+    for i, (key, _) in enumerate(TRAINING):
+        for s in runs:
+            fig.line(i, s.label, *s.values(key))
+    written.append(fig.save(out_dir / "training.png", [t for _, t in TRAINING],
+                            [t for _, t in TRAINING]))
+    fig = _Figure("timeline merging and packing", 2, window)
+    for s in runs:
+        fig.line(0, s.label, *s.values(("merge/compression", "merge/token_ratio")))
+        fig.line(1, s.label, *s.values("merge/pack_token_ratio"))
+    written.append(fig.save(out_dir / "merge.png",
+                            ["merge ratio (tokens as calls / as timelines)",
+                             "packing ratio (timeline tokens / packed tokens)"],
+                            ["ratio", "ratio"]))
+    fig = _Figure("throughput", 3, window)
+    for s in runs:
+        fig.line(0, s.label, *s.rates("actor/tokens_trained"))
+        fig.line(1, s.label, *s.rates("reward/episodes"))
+        fig.line(2, s.label, *s.values("time/step_s"))
+    written.append(fig.save(out_dir / "throughput.png",
+                            ["trained tokens / s", "episodes trained / s", "step time"],
+                            ["tokens/s", "episodes/s", "seconds"]))
+    return written
+
+
+def build_parser(prog: str = "swarmrl plot") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, description="Plot training runs from their metrics.jsonl (several overlaid).",
+        epilog="example:\n  swarmrl plot runs/demo runs/demo-s1 --out runs/compare",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
+                   help="a data dir (or a dir above one) holding metrics.jsonl")
+    p.add_argument("--out", type=Path, help="where the PNGs go (default: RUN_DIR/plots of the first)")
+    p.add_argument("--smooth", type=int, default=5, metavar="STEPS",
+                   help="moving-average window (default: %(default)s; 1 = raw)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = args.out or args.run_dirs[0] / "plots"
+    try:
+        paths = plot_runs(args.run_dirs, out, window=max(1, args.smooth))
+    except FileNotFoundError as err:
+        print(f"swarmrl plot: {err}")
+        return 1
+    for path in paths:
+        print(path)
+    return 0
