@@ -129,8 +129,9 @@ async def test_errors_take_anthropics_shape(http_server: Any) -> None:
         await client(ep).messages.create(model="claude-opus", max_tokens=2, messages=USER)
     with pytest.raises(anthropic.BadRequestError) as bad:
         await client(ep).messages.create(model="tiny", max_tokens=2, messages=USER,
-                                         tool_choice={"type": "any"}, tools=[WEATHER])
-    assert "tool_choice" in bad.value.body["error"]["message"]
+                                         tool_choice={"type": "tool", "name": "nope"},
+                                         tools=[WEATHER])
+    assert "tool_choice.name" in bad.value.body["error"]["message"]
     async with httpx.AsyncClient(base_url=ep.root_url) as h:  # no max_tokens at all
         r = await h.post("/v1/messages", json={"model": "tiny", "messages": USER},
                          headers={"x-api-key": ep.key})

@@ -287,14 +287,12 @@ async def test_tool_choice_none_hides_tools_and_returns_raw_text(scripted_server
     assert second.parent_call_id == first.call_id
 
 
-@pytest.mark.parametrize("choice", ["required", {"type": "function",
-                                                 "function": {"name": "get_weather"}}])
-async def test_forcing_a_tool_call_is_refused_by_name(http_server: Any, choice: Any) -> None:
+async def test_parallel_tool_calls_false_needs_a_forced_choice(http_server: Any) -> None:
     ep = await start_episode(http_server)
     with pytest.raises(openai.BadRequestError) as err:
         await aclient(ep).chat.completions.create(model="tiny", messages=USER,
-                                                  tools=[WEATHER_TOOL], tool_choice=choice)
-    assert err.value.body["param"] == "tool_choice"
+                                                  tools=[WEATHER_TOOL], parallel_tool_calls=False)
+    assert err.value.body["param"] == "parallel_tool_calls"
     assert await stored_calls(http_server, ep.episode_id) == []
 
 
@@ -373,7 +371,8 @@ async def test_unknown_model_is_404_naming_model(http_server: Any) -> None:
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
      "messages[0].content[0].type"),
     ({"messages": USER, "presence_penalty": 0.5}, "presence_penalty"),
-    ({"messages": USER, "response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": USER, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "frobnicate"}}}}, "response_format"),
     ({"messages": USER, "top_logprobs": 2}, "top_logprobs"),
 ])
 async def test_malformed_body_is_400_naming_the_field(

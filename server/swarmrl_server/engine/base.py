@@ -45,6 +45,11 @@ class SamplingParams:
     """Per-request seed: the same seed, prompt and weights give the same tokens."""
     top_logprobs: int = 0
     """How many alternatives to report per generated token."""
+    structural_tag: str | None = None
+    """A constraint the completion must match before its end of turn: an xgrammar
+    structural tag as JSON (vLLM's `structured_outputs.structural_tag` takes the same).
+    Tokens are then sampled from, and their logprobs taken under, the distribution
+    renormalised over what the grammar allows (see `engine.grammar`)."""
 
 
 MAX_TOP_LOGPROBS = 20

@@ -45,6 +45,7 @@ from swarmrl_server.engine.base import (
     check_prompt,
     check_sampling,
 )
+from swarmrl_server.engine.grammar import GrammarCompiler
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, SwarmError, invalid, unavailable
 
@@ -81,6 +82,8 @@ class _Request:
     queue: asyncio.Queue[GenerationChunk | GenerationOutput | BaseException]
     stream: TextStream
     generator: torch.Generator | None
+    matcher: Any = None
+    """xgrammar matcher when the call is constrained (see engine.grammar)."""
     cancelled: bool = False
     """Set on the event loop when the caller closes the iterator; the scheduler drops the row."""
     completion_ids: list[int] = field(default_factory=list)
@@ -159,6 +162,7 @@ class HFEngine(Engine):
         self._steps = 0
         self._tokens = 0
         self._active = 0
+        self._grammar: GrammarCompiler | None = None
 
     @classmethod
     def from_pretrained(cls, name: str, path: Path | str, **kwargs: Any) -> HFEngine:
@@ -258,6 +262,11 @@ class HFEngine(Engine):
     def _new_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> _Request:
         prompt = check_prompt(prompt_ids, self.vocab_size, self.max_model_len)
         check_sampling(params, self.vocab_size)
+        matcher = None
+        if params.structural_tag:
+            if self._grammar is None:
+                self._grammar = GrammarCompiler(self.tokenizer, self.vocab_size, self.eos_token_ids)
+            matcher = self._grammar.matcher(params.structural_tag)
         generator = None
         if params.temperature > 0:
             # Every sampled row has its own generator, so its draws don't depend on
@@ -272,6 +281,7 @@ class HFEngine(Engine):
             queue=asyncio.Queue(),
             stream=TextStream(self.tokenizer, prompt, tuple(params.stop)),
             generator=generator,
+            matcher=matcher,
         )
 
     # ---- scheduler thread -------------------------------------------------------
@@ -415,6 +425,11 @@ class HFEngine(Engine):
 
         Returns the sampled ids (B,) for the next forward pass.
         """
+        matchers = [r.matcher for r in rows]
+        if self._grammar is not None and any(m is not None for m in matchers):
+            # Masked before the softmax: sampled from, and logprobs of, the renormalised
+            # distribution over what the grammar allows (engine.grammar).
+            self._grammar.mask_(matchers, logits_B_V)
         temps_B = torch.tensor([r.params.temperature or 1.0 for r in rows])
         logprobs_B_V = torch.log_softmax(logits_B_V / temps_B[:, None], dim=-1)
         tokens: list[int] = []
@@ -427,6 +442,9 @@ class HFEngine(Engine):
                 probs_V = _top_p(probs_V, r.params.top_p)
             tokens.append(int(torch.multinomial(probs_V, 1, generator=r.generator)))
         tokens_B = torch.tensor(tokens)
+        for m, token in zip(matchers, tokens):
+            if m is not None and not m.is_terminated():
+                m.accept_token(token)
         token_lps = logprobs_B_V.gather(1, tokens_B[:, None])[:, 0].tolist()
         k_max = max(r.params.top_logprobs for r in rows)
         top_ids: list[list[int]] = []

@@ -66,6 +66,9 @@ class SamplingRequest:
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
     top_logprobs: int = 0
+    structural_tag: str | None = None
+    """A grammar the completion must match (see `engine.grammar`); its call is recorded
+    as constrained."""
 
 
 @dataclass(frozen=True)
@@ -368,6 +371,7 @@ class EpisodeRegistry:
             temperature=params.temperature, text=output.text, request_id=request_id,
             parent_call_id=extended_parent(output.prompt_ids, calls_of_model),
             created_at=time.time(), chat_json=chat_json, top_logprobs=output.top_logprobs,
+            constrained=params.structural_tag is not None,
         )
         # Once the engine has finished, the call is recorded whole even if the caller goes
         # away meanwhile, so the store and the in-memory call list never disagree.
@@ -424,7 +428,7 @@ class EpisodeRegistry:
             temperature=temperature, top_p=top_p,
             max_tokens=s.max_tokens or self.policy.default_max_tokens,
             stop_token_ids=tuple(s.stop_token_ids), stop=tuple(s.stop), seed=s.seed,
-            top_logprobs=s.top_logprobs,
+            top_logprobs=s.top_logprobs, structural_tag=s.structural_tag,
         )
         return params, overridden
 

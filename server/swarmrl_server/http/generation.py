@@ -110,6 +110,7 @@ def sampling_for_choices(
     stop: str | list[str] | None,
     seed: int | None,
     top_logprobs: int,
+    structural_tag: str | None = None,
 ) -> list[SamplingRequest]:
     """One SamplingRequest per choice; choice i samples with `seed + i` so that a
     seeded request with n > 1 is reproducible yet its choices differ."""
@@ -118,7 +119,7 @@ def sampling_for_choices(
         SamplingRequest(
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stops,
             seed=None if seed is None else (seed + i) % SEED_MODULUS,
-            top_logprobs=top_logprobs,
+            top_logprobs=top_logprobs, structural_tag=structural_tag,
         )
         for i in range(n)
     ]

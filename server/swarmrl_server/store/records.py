@@ -53,6 +53,11 @@ class CallRecord:
     this call's exact ids instead of re-rendering."""
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     """Not persisted: alternatives per token, returned to the caller only."""
+    constrained: bool = False
+    """Decoded under a grammar (forced tool call, JSON response format): `logprobs` are
+    those of the grammar-masked, renormalised distribution that produced the tokens,
+    which the trainer's unmasked forward pass cannot reproduce, so the completion is
+    trained as context (loss mask 0), never as the policy's own choice."""
 
 
 @dataclass

@@ -67,6 +67,7 @@ CREATE TABLE IF NOT EXISTS calls (
     reward REAL,
     created_at REAL NOT NULL,
     chat_json TEXT NOT NULL,
+    constrained INTEGER NOT NULL DEFAULT 0,
     UNIQUE (episode_id, seq)
 );
 CREATE INDEX IF NOT EXISTS calls_request ON calls(episode_id, request_id);
@@ -87,12 +88,16 @@ CREATE TABLE IF NOT EXISTS events (
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Brings a data dir written by an older server up to date (idempotent): owners on
-    sessions and episodes (stores without them had one anonymous owner, ""), and
-    StartEpisode request ids unique per owner rather than server-wide."""
+    sessions and episodes (stores without them had one anonymous owner, ""),
+    StartEpisode request ids unique per owner rather than server-wide, and the
+    calls' `constrained` flag."""
     for table in ("sessions", "episodes"):
         columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         if "owner" not in columns:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+    calls = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
+    if "constrained" not in calls:  # from before constrained decoding: none were
+        conn.execute("ALTER TABLE calls ADD COLUMN constrained INTEGER NOT NULL DEFAULT 0")
     conn.execute("DROP INDEX IF EXISTS episodes_start_request")
     conn.execute(
         "CREATE UNIQUE INDEX IF NOT EXISTS episodes_owner_start_request "
@@ -226,13 +231,13 @@ class SqliteStore:
         await self._run(
             self._tx,
             lambda c: c.execute(
-                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     call.call_id, call.episode_id, call.seq, call.model,
                     _ids_to_blob(call.prompt_ids), _ids_to_blob(call.completion_ids),
                     _floats_to_blob(call.logprobs), call.policy_version, call.finish_reason,
                     call.temperature, call.text, call.request_id, call.parent_call_id,
-                    call.reward, call.created_at, call.chat_json,
+                    call.reward, call.created_at, call.chat_json, int(call.constrained),
                 ),
             ),
         )
@@ -388,7 +393,7 @@ class SqliteStore:
                 prompt_ids=_blob_to_ids(r[4]), completion_ids=_blob_to_ids(r[5]),
                 logprobs=_blob_to_floats(r[6]), policy_version=r[7], finish_reason=r[8],
                 temperature=r[9], text=r[10], request_id=r[11], parent_call_id=r[12],
-                reward=r[13], created_at=r[14], chat_json=r[15],
+                reward=r[13], created_at=r[14], chat_json=r[15], constrained=bool(r[16]),
             )
             for r in rows
         ]

@@ -41,7 +41,8 @@ class Timeline:
     episode_id: str
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
-    """1 where the model generated the token (its stop token included), else 0."""
+    """1 where the model generated the token (its stop token included), else 0 (also 0
+    for a constrained call's tokens: see `CallRecord.constrained`)."""
     old_logprobs: list[float] = field(default_factory=list)
     """Logprob recorded at generation time (0.0 where loss_mask is 0)."""
     policy_versions: list[int] = field(default_factory=list)
@@ -77,10 +78,18 @@ class Timeline:
                 raise ValueError(
                     f"call {call.call_id}: {len(call.logprobs)} logprobs for {n} completion tokens"
                 )
-            self.loss_mask.extend([1] * n)
-            self.old_logprobs.extend(call.logprobs)
-            self.policy_versions.extend([call.policy_version] * n)
-            self.temperatures.extend([call.temperature] * n)
+            if call.constrained:
+                # Sampled from a grammar-masked distribution that the trainer's forward
+                # pass cannot recompute: the tokens stay in the timeline as context only.
+                self.loss_mask.extend([0] * n)
+                self.old_logprobs.extend([0.0] * n)
+                self.policy_versions.extend([-1] * n)
+                self.temperatures.extend([1.0] * n)
+            else:
+                self.loss_mask.extend([1] * n)
+                self.old_logprobs.extend(call.logprobs)
+                self.policy_versions.extend([call.policy_version] * n)
+                self.temperatures.extend([call.temperature] * n)
             self.call_index.extend([len(self.call_ids)] * n)
             self.call_ids.append(call.call_id)
             self.call_rewards.append(call.reward)

@@ -39,6 +39,7 @@ from swarmrl_server.http.chat_completion.protocol import (
     ToolCallDelta,
     ToolCallOut,
 )
+from swarmrl_server.http.constraints import openai_constraint
 from swarmrl_server.http.errors import (
     HttpError,
     from_swarm_error,
@@ -107,20 +108,12 @@ def reject_unsupported(req: ChatCompletionRequest) -> None:
             raise HttpError(400, f"{name}: not supported by this server (use 0)", param=name)
     if req.logit_bias:
         raise HttpError(400, "logit_bias: not supported by this server", param="logit_bias")
-    if req.response_format and req.response_format.get("type") != "text":
+    forced = req.tool_choice not in (None, "auto", "none")
+    if req.tools and req.parallel_tool_calls is False and not forced:
+        # A forced choice is decoded as exactly one call; a free one cannot be limited.
         raise HttpError(
-            400, "response_format: only {'type': 'text'} is supported (no constrained "
-            "decoding)", param="response_format",
-        )
-    if req.tool_choice is not None and req.tool_choice not in ("auto", "none"):
-        raise HttpError(
-            400, "tool_choice: only 'auto' and 'none' are supported; this server does not "
-            "constrain decoding to force a tool call", param="tool_choice",
-        )
-    if req.tools and req.parallel_tool_calls is False:
-        raise HttpError(
-            400, "parallel_tool_calls: false is not supported (the model may call several "
-            "tools in one turn)", param="parallel_tool_calls",
+            400, "parallel_tool_calls: false is supported only with a forced tool_choice "
+            "(the model may call several tools in one turn)", param="parallel_tool_calls",
         )
     if req.top_logprobs and not req.logprobs:
         raise HttpError(400, "top_logprobs: requires logprobs=true", param="top_logprobs")
@@ -148,7 +141,8 @@ class OpenAIServingChat:
         episode = await self.auth.open_episode(raw)
         max_field = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
         params = {"sampling": "", "sampling.max_tokens": max_field, "input.messages": "messages",
-                  "input": "messages"}
+                  "input": "messages", "params.structural_tag":
+                  "response_format" if req.response_format else "tools"}
         try:
             require_episode_model(req.model, episode.models, self.swarm.models)
             reject_unsupported(req)
@@ -156,10 +150,15 @@ class OpenAIServingChat:
             validate_messages(messages, "messages")
             tools = [t.model_dump(exclude_none=True) for t in req.tools or []] or None
             parse_tools = req.tool_choice != "none"
+            structural_tag = openai_constraint(
+                [(t.function.name, t.function.parameters or {}) for t in req.tools or []],
+                req.tool_choice, req.response_format,
+            )
             samplings = sampling_for_choices(
                 req.n, temperature=req.temperature, top_p=req.top_p,
                 max_tokens=req.max_completion_tokens or req.max_tokens, stop=req.stop,
                 seed=req.seed, top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
+                structural_tag=structural_tag,
             )
             streams = [
                 self.swarm.episodes.generate(

@@ -30,6 +30,7 @@ from swarmrl_server.episodes.registry import GenerationResult, SamplingRequest
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.http.auth import EpisodeAuth
 from swarmrl_server.http.chat_completion.serving import swarmrl_info
+from swarmrl_server.http.constraints import anthropic_constraint
 from swarmrl_server.http.errors import (
     HttpError,
     anthropic_stream_error,
@@ -53,7 +54,7 @@ from swarmrl_server.http.sse import EventStreamResponse, sse, unless_disconnecte
 from swarmrl_server.swarm import Swarm
 
 PARAMS = {"sampling": "", "sampling.max_tokens": "max_tokens", "sampling.stop": "stop_sequences",
-          "input.messages": "messages", "input": "messages"}
+          "input.messages": "messages", "input": "messages", "params.structural_tag": "tools"}
 
 
 def _text(blocks: str | list[ContentBlock] | None, where: str) -> str:
@@ -121,13 +122,11 @@ def to_tools(tools: list[ToolParam] | None, choice: ToolChoice | None,
         if t.type not in (None, "custom"):
             raise HttpError(400, f"tools[{i}].type: server tool {t.type!r} is not supported",
                             param=f"tools[{i}].type")
-    if choice is not None:
-        if choice.type in ("any", "tool"):
-            raise HttpError(400, "tool_choice: only 'auto' and 'none' are supported; this "
-                            "server does not constrain decoding", param="tool_choice")
-        if choice.disable_parallel_tool_use:
-            raise HttpError(400, "tool_choice.disable_parallel_tool_use: not supported",
-                            param="tool_choice.disable_parallel_tool_use")
+    if choice is not None and choice.disable_parallel_tool_use and \
+            choice.type not in ("any", "tool"):
+        # A forced choice is decoded as exactly one call; a free one cannot be limited.
+        raise HttpError(400, "tool_choice.disable_parallel_tool_use: supported only with "
+                        "type 'any' or 'tool'", param="tool_choice.disable_parallel_tool_use")
     if choice is not None and choice.type == "none":
         return None, False
     defs = [{"type": "function", "function": {
@@ -153,6 +152,11 @@ class AnthropicServingMessages:
             sampling = SamplingRequest(
                 temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens,
                 stop=tuple(req.stop_sequences or ()),
+                structural_tag=anthropic_constraint(
+                    [(t.name, t.input_schema or {}) for t in req.tools or []],
+                    req.tool_choice.type if req.tool_choice else None,
+                    req.tool_choice.name if req.tool_choice else None,
+                ),
             )
             prompt_ids: list[int] = []
             gens = Generations([self.swarm.episodes.generate(

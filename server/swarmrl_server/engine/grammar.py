@@ -1,0 +1,96 @@
+"""Constrained decoding on CPU engines: xgrammar's token masks over a torch logits row.
+
+A constraint is an xgrammar *structural tag* (JSON): the one format both xgrammar
+and vLLM's structured outputs (`structural_tag`) accept, so a JSON schema, a forced
+tool call and a plain JSON object reach every engine the same way. The completion
+must match it and then end the turn (the grammar's stop tokens are the engine's
+end-of-turn tokens).
+
+How constrained tokens are sampled and recorded (the invariant): at each step the
+logits of tokens the grammar forbids are set to -inf *before* the log-softmax, so
+the token is drawn from the masked, renormalised distribution and the logprob the
+engine reports is that distribution's, the one that produced the token. The
+trainer's forward pass does not apply the mask, so it could not reproduce these
+logprobs: calls decoded under a constraint are marked (`CallRecord.constrained`)
+and their completions are trained as context, outside the loss (see
+`timelines.merge`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from swarmrl_server.errors import invalid
+
+
+class GrammarCompiler:
+    """Compiles structural tags for one tokenizer (xgrammar caches compiled grammars)."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: Sequence[int]) -> None:
+        import xgrammar as xgr
+
+        self._xgr = xgr
+        self.vocab_size = vocab_size
+        info = xgr.TokenizerInfo.from_huggingface(
+            tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_token_ids)
+        )
+        self._compiler = xgr.GrammarCompiler(info, max_threads=1)
+
+    def matcher(self, structural_tag: str, field: str = "params.structural_tag") -> Any:
+        """A fresh `xgrammar.GrammarMatcher` for one call; a bad tag is INVALID_ARGUMENT."""
+        try:
+            compiled = self._compiler.compile_structural_tag(structural_tag)
+        except Exception as exc:  # noqa: BLE001 - xgrammar raises several types for bad input
+            raise invalid(field, f"cannot be compiled to a grammar: {exc}") from None
+        return self._xgr.GrammarMatcher(compiled)
+
+    def mask_(self, matchers: Sequence[Any | None], logits_B_V: torch.Tensor) -> None:
+        """Sets the logits of tokens each row's grammar forbids to -inf, in place
+        (rows whose matcher is None are left alone)."""
+        rows = [i for i, m in enumerate(matchers) if m is not None]
+        if not rows:
+            return
+        bitmask_B_W = self._xgr.allocate_token_bitmask(len(logits_B_V), self.vocab_size)
+        for i in rows:
+            matchers[i].fill_next_token_bitmask(bitmask_B_W, i)
+        # Rows without a grammar are skipped by passing only the constrained indices.
+        self._xgr.apply_token_bitmask_inplace(
+            logits_B_V, bitmask_B_W, vocab_size=self.vocab_size, indices=rows
+        )
+
+
+def json_schema_tag(schema: dict[str, Any] | bool) -> str:
+    """A structural tag for a completion that is one JSON value matching `schema`.
+
+    Whitespace between tokens is limited (one character at a time) so that a model
+    cannot wander off into unbounded indentation."""
+    return json.dumps({"type": "structural_tag", "format": _schema_format(schema)})
+
+
+def _schema_format(schema: dict[str, Any] | bool) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": 1}
+
+
+def tool_call_tag(
+    tools: Sequence[tuple[str, dict[str, Any]]], open_tag: str, close_tag: str
+) -> str:
+    """A structural tag for exactly one tool call to one of `tools` ((name, parameters
+    schema) pairs), in the chat template's format:
+    `<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>`."""
+    if not tools:
+        raise ValueError("at least one tool is needed")
+    tags = [
+        {
+            "type": "tag",
+            "begin": f'{open_tag}\n{{"name": {json.dumps(name)}, "arguments": ',
+            "content": _schema_format(parameters or {"type": "object"}),
+            "end": f"}}\n{close_tag}",
+        }
+        for name, parameters in tools
+    ]
+    fmt = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
+    return json.dumps({"type": "structural_tag", "format": fmt})
