@@ -1,5 +1,5 @@
 """The ``swarmrl`` command: ``serve`` (the server, an optional extra), ``status``, ``run``,
-and the observability commands ``top`` and ``plot``."""
+and the observability commands ``top``, ``plot`` and ``view``."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ examples:
   swarmrl serve --help                       # every server option
   swarmrl top                                # live console of a running server
   swarmrl plot runs/a runs/b                 # PNGs of training runs, overlaid
+  swarmrl view runs/a/data                   # episode viewer, offline, from a data dir
 
 `swarmrl status` reads SWARMRL_TARGET and SWARMRL_API_KEY when its options are not given.
 """
@@ -72,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     # Dispatched before parsing as well: each has its own parser (see `COMMAND --help`).
     commands.add_parser("top", help="live console: models, trainer, clients, episodes, errors")
     commands.add_parser("plot", help="PNGs of training runs (reward, loss, merge, throughput)")
+    commands.add_parser("view", help="token-level episode viewer in the browser")
     return parser
 
 
@@ -97,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-_SERVER_COMMANDS = {"plot": "swarmrl_server.plots"}
+_SERVER_COMMANDS = {"plot": "swarmrl_server.plots", "view": "swarmrl_server.viewer.cli"}
 """Commands that run server code (matplotlib, the store, tokenizers): imported lazily."""
 
 

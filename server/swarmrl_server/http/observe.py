@@ -1,4 +1,5 @@
-"""The HTTP door's request context (ids bound for logs) and its metrics, plus /metrics.
+"""The HTTP door's request context (ids bound for logs) and its metrics; /metrics, the
+live JSON of `swarmrl top` and the episode viewer (/view/).
 
 Pure ASGI, so the endpoint runs in the same task and sees the bound context. The
 method label is the matched route's template (``/k/{episode_key}/v1/chat/completions``),
@@ -21,6 +22,8 @@ from swarmrl_server.live import snapshot
 from swarmrl_server.logs import new_request_id, request_scope
 from swarmrl_server.swarm import Swarm
 from swarmrl_server.telemetry import Telemetry, request_timer
+from swarmrl_server.viewer.source import EpisodeSource
+from swarmrl_server.viewer.web import attach_viewer
 
 UNMATCHED = "(unmatched)"
 QUIET = ("/metrics", "/health")
@@ -85,5 +88,11 @@ def attach(app: FastAPI, swarm: Swarm, keys: KeyRing | None = None) -> None:
     @app.get("/swarmrl/live", include_in_schema=False, dependencies=admin)
     async def live() -> dict[str, Any]:
         return snapshot(swarm)
+
+    tokenizers = {n: getattr(h.engine, "tokenizer", None) for n, h in swarm.models.items()}
+    source = EpisodeSource(swarm.store, {n: t for n, t in tokenizers.items() if t is not None},
+                           {n: h.path for n, h in swarm.models.items()},
+                           label=f"server {swarm.instance[:12]}")
+    attach_viewer(app, source, guard=require_admin(keys))
 
     app.add_middleware(RequestContext, telemetry=telemetry)
