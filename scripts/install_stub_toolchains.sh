@@ -3,6 +3,7 @@
 #   Go    golang-go 1.19, grpc-go 1.33, protobuf-go 1.28, protoc-gen-go(-grpc)  (Debian)
 #   Java  OpenJDK 17, grpc-java 1.41 jars + grpc_java_plugin, protobuf-java 3.21 (Debian)
 #   protoc 3.21 (Debian; the Java plugin runs it), openssl (the TLS test's certificate)
+#   chromium (Debian; the episode viewer's browser test)
 #   Node  @grpc/grpc-js, ts-proto, typescript (npm, pinned by the lockfiles under
 #         sdk_stubs/typescript and examples/clients/typescript)
 # Idempotent and quiet: installed packages are skipped, npm trees are reused
@@ -20,6 +21,8 @@ APT_PACKAGES=(
   default-jdk-headless libgrpc-java protobuf-compiler-grpc-java-plugin libprotobuf-java
   libnetty-java libperfmark-java libgoogle-gson-java libgeronimo-annotation-1.3-spec-java
   liberror-prone-java libnetty-tcnative-java libnetty-tcnative-jni
+  # Not a stub toolchain: the episode viewer's test drives headless Chromium.
+  chromium
 )
 
 # Node itself normally comes with the machine (buf is installed through npm); Debian's
