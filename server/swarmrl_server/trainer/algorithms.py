@@ -154,12 +154,14 @@ def compute_advantages(
 
 
 def set_global_batch(
-    actor_cfg: Any, *, num_tokens: int, num_episodes: int, loss_scale_factor: int | None
+    actor_cfg: Any, *, num_tokens: int, num_episodes: int, loss_scale_factor: int | None,
+    dp_size: int = 1,
 ) -> None:
     """Tells verl's loss functions the size of the whole (mini-)batch, so micro-batch losses
-    sum to the loss of the whole batch (what gradient accumulation needs)."""
+    sum to the loss of the whole batch (what gradient accumulation needs). With `dp_size`
+    workers verl multiplies each loss by it, which the workers' gradient mean undoes."""
     actor_cfg.global_batch_info.update(
-        dp_size=1, batch_num_tokens=num_tokens, global_batch_size=num_episodes,
+        dp_size=dp_size, batch_num_tokens=num_tokens, global_batch_size=num_episodes,
         loss_scale_factor=loss_scale_factor,
     )
 

@@ -118,6 +118,23 @@ class TrainerConfig:
     progress: bool = True
     """Show a console progress bar of training steps."""
 
+    # -- devices and workers ----------------------------------------------------------
+    device: str = "auto"
+    """Where the trainer runs: auto (cuda when torch sees a GPU, else cpu), cpu or cuda.
+    cuda keeps fp32 master weights and AdamW state and runs the forward under bf16
+    autocast (see bf16)."""
+    bf16: bool = True
+    """On cuda: bf16 autocast of the forward (off: fp32 throughout). Ignored on cpu."""
+    grad_checkpointing: bool = False
+    """Recompute activations in backward instead of keeping them (less memory, ~30 % more
+    compute). Not with packing (the tree forward keeps its own K/V blocks)."""
+    workers: int = 1
+    """Data-parallel trainer workers (FSDP2 shards; > 1 needs `swarmrl serve --ray`)."""
+    worker_cpus: float = 1.0
+    """Ray: CPUs each trainer worker reserves."""
+    worker_gpus: float = 0.0
+    """Ray: GPUs each trainer worker reserves (1 with device=cuda on a GPU cluster)."""
+
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> TrainerConfig:
         """Parses `--train-option` strings; raises TrainerConfigError naming the bad key."""
@@ -173,6 +190,20 @@ class TrainerConfig:
             )
         if self.max_pending and self.batch_rule == "clients":
             raise TrainerConfigError("max_pending cannot pace generation with batch_rule=clients")
+        from swarmrl_server.trainer.device import DeviceError, resolve
+
+        try:
+            resolve(self.device)
+        except DeviceError as exc:
+            raise TrainerConfigError(str(exc)) from None
+        if self.workers < 1:
+            raise TrainerConfigError(f"workers must be >= 1; got {self.workers}")
+        if self.worker_cpus < 0 or self.worker_gpus < 0:
+            raise TrainerConfigError("worker_cpus and worker_gpus must be >= 0")
+        if self.grad_checkpointing and self.packing:
+            raise TrainerConfigError(
+                "grad_checkpointing cannot be combined with packing: the tree forward keeps "
+                "K/V blocks across calls, which recomputation in backward cannot see")
         check_names(self)
         if self.packing:
             from swarmrl_server.trainer.trainer import packed_forward

@@ -5,6 +5,16 @@ rows, right-padded), `_T` tokens of a row. An episode's rows always share a
 micro-batch, and verl's `agg_loss` gets the size of the whole (mini-)batch, so
 accumulating micro-batch gradients gives exactly the gradient of the whole batch.
 
+Data parallel (`dp`, see `distributed.py`): every worker sees the whole mini-batch's
+episode list, computes the same global sizes from it (tokens, episodes, horizon L) and
+trains only its share. verl's `agg_loss` is told `dp_size=N` and multiplies each local
+loss by N; FSDP2 averages gradients over the N workers (divides by N). So the reduced
+gradient is the sum of every episode's term, each scaled by the global sizes: exactly
+the one-process gradient, whichever worker an episode went to.
+
+Device (`placement`, see `device.py`): the CPU placement is a no-op, so the CPU path is
+the one it always was.
+
 This module is synchronous torch code; the trainer runs it off the event loop.
 """
 
@@ -14,6 +24,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,6 +33,10 @@ from swarmrl_server.timelines.logprobs import forward_timelines
 from swarmrl_server.timelines.merge import MergeStats, Timeline, merge_calls
 from swarmrl_server.trainer import algorithms
 from swarmrl_server.trainer.config import TrainerConfig
+from swarmrl_server.trainer.device import CPU, Placement
+
+if TYPE_CHECKING:
+    from swarmrl_server.trainer.distributed import DataParallel
 
 ForwardFn = Callable[
     [torch.nn.Module, Sequence[Timeline], int], tuple[list[torch.Tensor], list[torch.Tensor]]
@@ -136,6 +151,9 @@ class StepStats:
     """Token-weighted means of the metrics verl's policy loss returned (actor/pg_clipfrac, ...)."""
     forward_backward_s: float = 0.0
     optimizer_s: float = 0.0
+    peak_memory_mb: float = 0.0
+    """Peak GPU memory allocated during the step (cuda), or the process's peak RSS (cpu)."""
+    workers: int = 1
 
     def to_metrics(self) -> dict[str, float]:
         out = {
@@ -144,6 +162,9 @@ class StepStats:
             "actor/tokens_forward": self.tokens_forward, "actor/micro_batches": self.micro_batches,
             "actor/updates": self.updates, "time/forward_backward_s": self.forward_backward_s,
             "time/optimizer_s": self.optimizer_s,
+            "perf/tokens_per_s": self.tokens_forward / max(
+                self.forward_backward_s + self.optimizer_s, 1e-9),
+            "perf/peak_memory_mb": self.peak_memory_mb, "perf/workers": float(self.workers),
         }
         out.update(self.verl)
         if self.kl_ref:
@@ -163,6 +184,8 @@ class StepRunner:
         pad_id: int,
         ref_model: torch.nn.Module | None = None,
         forward: ForwardFn | None = None,
+        placement: Placement = CPU,
+        dp: DataParallel | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -170,6 +193,8 @@ class StepRunner:
         self.pad_id = pad_id
         self.ref_model = ref_model
         self.forward: ForwardFn = forward or forward_timelines
+        self.placement = placement
+        self.dp = dp
         self.actor_cfg = algorithms.actor_config(config)
 
     def advantages(self, episodes: Sequence[EpisodeRows]) -> torch.Tensor:
@@ -187,12 +212,18 @@ class StepRunner:
         stats = StepStats()
         if advantages_E_L is None:
             advantages_E_L = self.advantages(episodes)
+        self.placement.reset_peak()
         n_mini = min(self.config.mini_batches, len(episodes))
         bounds = [round(i * len(episodes) / n_mini) for i in range(n_mini + 1)]
         self.model.train()
-        for _epoch in range(self.config.ppo_epochs):
-            for lo, hi in zip(bounds, bounds[1:]):
-                self._update(episodes[lo:hi], advantages_E_L[lo:hi], stats)
+        with self.placement.step():
+            advantages_E_L = advantages_E_L.to(self.placement.device)
+            for _epoch in range(self.config.ppo_epochs):
+                for lo, hi in zip(bounds, bounds[1:]):
+                    self._update(episodes[lo:hi], advantages_E_L[lo:hi], stats)
+        stats.peak_memory_mb = self.placement.peak_memory_mb()
+        if self.dp is not None:  # every worker's sums, so each reports the whole step
+            stats = self.dp.merge(stats)
         if stats.tokens_trained:
             for key in stats.verl:
                 stats.verl[key] /= stats.tokens_trained
@@ -210,19 +241,31 @@ class StepRunner:
         t0 = time.perf_counter()
         mask_E_L = generated_mask(episodes)
         L = mask_E_L.shape[1]
+        # The batch's advantages are as wide as its longest episode; this mini-batch's
+        # may be shorter (the columns cut are padding: zero advantage, masked out).
+        advantages_E_L = advantages_E_L[:, :L]
+        dp_size = self.dp.world_size if self.dp is not None else 1
         algorithms.set_global_batch(
             self.actor_cfg, num_tokens=int(mask_E_L.sum()), num_episodes=len(episodes),
             # A fixed horizon, so seq-mean-token-sum-norm scales every micro-batch alike.
-            loss_scale_factor=L,
+            loss_scale_factor=L, dp_size=dp_size,
         )
         self.optimizer.zero_grad(set_to_none=True)
-        for idx in micro_batches(episodes, self.config.micro_batch_tokens):
+        mine = self.dp.share(episodes) if self.dp is not None else list(range(len(episodes)))
+        batches = [[mine[i] for i in mb]
+                   for mb in micro_batches([episodes[i] for i in mine], self.config.micro_batch_tokens)]
+        if self.dp is not None:
+            self.dp.begin_accumulation(self.model)
+        for idx in batches:
             mb = [episodes[i] for i in idx]
-            loss, pg_loss, parts = self._micro_batch_loss(mb, advantages_E_L[idx], mask_E_L[idx], L)
+            with self.placement.autocast():
+                loss, pg_loss, parts = self._micro_batch_loss(
+                    mb, advantages_E_L[idx], mask_E_L[idx], L)
             loss.backward()
             n = int(mask_E_L[idx].sum())
-            stats.loss += float(loss.detach())
-            stats.pg_loss += float(pg_loss)
+            # Reported losses are this worker's share of the batch's (dp: merge sums them).
+            stats.loss += float(loss.detach()) / dp_size
+            stats.pg_loss += float(pg_loss) / dp_size
             stats.tokens_trained += n
             stats.tokens_forward += sum(e.num_tokens for e in mb)
             stats.micro_batches += 1
@@ -230,6 +273,8 @@ class StepRunner:
             stats.kl_ref += parts.pop("_kl_sum", 0.0)
             for key, value in parts.items():
                 stats.verl[key] = stats.verl.get(key, 0.0) + value * n
+        if self.dp is not None:
+            self.dp.finish_accumulation(self.model, self.pad_id, self.placement)
         t1 = time.perf_counter()
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.config.grad_clip > 0:
@@ -238,6 +283,8 @@ class StepRunner:
             norm = torch.linalg.vector_norm(
                 torch.stack([p.grad.norm() for p in params if p.grad is not None])
             )
+        if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor norm of the sharded gradients
+            norm = norm.full_tensor()
         if torch.isfinite(norm):
             self.optimizer.step()
         # else: a non-finite gradient would poison the weights; skip the update (counted

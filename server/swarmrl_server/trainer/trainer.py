@@ -33,6 +33,7 @@ from swarmrl_server.timelines.merge import MergeStats
 from swarmrl_server.trainer import checkpoint, metrics
 from swarmrl_server.trainer.batching import Batcher, BatchPlan
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
+from swarmrl_server.trainer.device import Placement, enable_gradient_checkpointing
 from swarmrl_server.trainer.step import (
     EpisodeRows,
     ForwardFn,
@@ -151,18 +152,23 @@ class Trainer:
         pad = tokenizer.pad_token_id
         if pad is None:
             pad = tokenizer.eos_token_id
+        placement = Placement.for_option(self.config.device, bf16=self.config.bf16)
+        model.to(placement.device)
+        if self.config.grad_checkpointing:
+            enable_gradient_checkpointing(model)
         model.train()
         ref = None
         if self.config.kl_coef > 0:
             ref, _ = load_model(self.host.path)  # type: ignore[arg-type]
             ref.requires_grad_(False)
+            ref.to(placement.device)
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay,
             betas=(self.config.adam_beta1, self.config.adam_beta2),
         )
         self.model = model
         self.runner = StepRunner(model, optimizer, self.config, pad_id=int(pad), ref_model=ref,
-                                 forward=forward)
+                                 forward=forward, placement=placement)
 
     async def stop(self) -> None:
         """Finishes the step in progress, checkpoints (if configured) and stops."""
@@ -403,7 +409,7 @@ class Trainer:
     async def _push_weights(self) -> None:
         """Serves the trainer's weights at its policy version and tells the clients."""
         state = await asyncio.to_thread(
-            lambda: {k: v.detach().clone() for k, v in self.model.state_dict().items()})
+            lambda: {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
         await self.host.engine.update_weights(state, self.policy_version)
         await self.swarm.policy_version_changed(self.name, self.policy_version)
 

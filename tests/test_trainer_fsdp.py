@@ -1,0 +1,135 @@
+"""FSDP2 data-parallel training (gloo, real processes) equals the one-process step.
+
+Two workers (torch.multiprocessing spawn, a real gloo process group, `fully_shard`) train
+one batch — tree packing on, episodes from 1 to 6 turns with completions of 2 to 40
+tokens, two GRPO groups, two mini-batches (two AdamW updates), small micro-batches — and
+the weights must match the plain one-process StepRunner's to 1e-5 (fp32). The reported
+gradient norm must match too: AdamW's first step is blind to a uniform gradient scale, the
+norm is not. Then a sharded checkpoint written by the 2 workers resumes on 1 worker.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from swarmrl_server.trainer.config import TrainerConfig
+from swarmrl_server.trainer.step import EpisodeRows, StepRunner, episode_rows
+from tests.helpers import free_port
+from tests.test_trainer_common import (
+    MODEL,
+    current_logprobs,
+    make_episode,
+    multi_turn_calls,
+)
+
+pytestmark = pytest.mark.slow
+
+OPTIONS = {"group_size": "0", "lr": "1e-3", "mini_batches": "2", "micro_batch_tokens": "96",
+           "packing": "true", "device": "cpu"}
+
+
+def _episodes(model_dir: Path) -> list[EpisodeRows]:
+    from swarmrl_server.models import load_model
+
+    model, _ = load_model(model_dir)
+    rng = random.Random(7)
+    out = []
+    for i, turns in enumerate([1, 6, 2, 5, 1, 3, 4, 1]):
+        length = [2, 40, 5, 25, 3, 12, 30, 2][i]
+        completions = [[rng.randrange(500, 1500) for _ in range(length - 1)] + [2]
+                       for _ in range(turns)]
+        calls = current_logprobs(model, multi_turn_calls(
+            f"e{i}", rng, turns=turns, completions=completions, split=i == 3))
+        group = f"g{i % 2}"
+        record = make_episode(f"e{i}", float(rng.random()), calls, group_id=group)
+        out.append(episode_rows(record, MODEL, group)[0])
+    return out
+
+
+def _config() -> TrainerConfig:
+    return TrainerConfig.from_options(OPTIONS)
+
+
+def _worker(rank: int, world: int, port: int, model_dir: str, blob: bytes, out: str,
+            resume: str) -> None:
+    from swarmrl_server.trainer.distributed import TrainerWorker
+
+    torch.set_num_threads(1)
+    w = TrainerWorker(rank, world, "127.0.0.1", port, model_dir, _config().to_dict())
+    try:
+        episodes = pickle.loads(blob)
+        if resume:
+            resumed_from = w.load(resume)
+            sd = w.state_dict()
+            if rank == 0:
+                steps = sorted({float(s["step"]) for s in w.optimizer.state.values()})
+                torch.save({"weights": sd, "resumed_from": resumed_from, "steps": steps}, out)
+            return
+        advantages = w.runner.advantages(episodes)
+        share = w.runner.dp.share(episodes)  # type: ignore[union-attr]
+        stats = w.step(blob, advantages)
+        sd = w.state_dict()
+        w.save(str(Path(out).parent / "ckpt"))
+        if rank == 0:
+            torch.save({"weights": sd, "grad_norm": stats.grad_norm, "loss": stats.loss,
+                        "tokens": stats.tokens_trained, "share0": share}, out)
+    finally:
+        w.close()
+
+
+def test_two_fsdp2_workers_equal_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from swarmrl_server.models import load_model
+    from swarmrl_server.trainer.distributed import balance_by_tokens
+    from swarmrl_server.trainer.trainer import packed_forward
+
+    episodes = _episodes(tiny_model_dir)
+    shares = balance_by_tokens(episodes, 2)
+    tokens = [sum(episodes[i].num_tokens for i in s) for s in shares]
+    assert all(shares) and sorted(shares[0] + shares[1]) == list(range(len(episodes)))
+    assert max(tokens) - min(tokens) <= max(e.num_tokens for e in episodes)
+
+    torch.manual_seed(0)
+    model, _ = load_model(tiny_model_dir)
+    config = _config()
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    ref = StepRunner(model, opt, config, pad_id=3, forward=packed_forward()).run(episodes)
+    ref_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    out = tmp_path / "rank0.pt"
+    blob = pickle.dumps(episodes)
+    mp.spawn(_worker, args=(2, free_port(), str(tiny_model_dir), blob, str(out), ""),
+             nprocs=2, join=True)
+    got = torch.load(out, weights_only=False)
+    assert got["share0"] == shares[0]
+    assert got["tokens"] == ref.tokens_trained
+    assert got["grad_norm"] == pytest.approx(ref.grad_norm, rel=1e-4)  # fp32 sum order
+    assert got["loss"] == pytest.approx(ref.loss, rel=1e-4, abs=1e-6)
+    moved = max(float((ref_weights[k] - v).abs().max()) for k, v in
+                load_model(tiny_model_dir)[0].state_dict().items())
+    assert moved > 1e-4, "the update must move the weights for the comparison to mean anything"
+    diff = max(float((ref_weights[k] - got["weights"][k]).abs().max()) for k in ref_weights)
+    print(f"max abs parameter difference {diff:.2e} (update moved weights by up to {moved:.2e})")
+    assert diff <= 1e-5, f"max abs parameter difference {diff}"
+
+    # Resume the 2 workers' sharded checkpoint on 1 worker: DCP reshards it.
+    out1 = tmp_path / "resumed.pt"
+    mp.spawn(_worker, args=(1, free_port(), str(tiny_model_dir), blob, str(out1),
+                            str(tmp_path / "ckpt")), nprocs=1, join=True)
+    resumed = torch.load(out1, weights_only=False)
+    assert resumed["resumed_from"] == 2
+    assert resumed["steps"] == [2.0]  # the AdamW state came back too (two updates)
+    for k, v in got["weights"].items():
+        torch.testing.assert_close(resumed["weights"][k], v, atol=0, rtol=0)
+
+
+def test_a_one_process_checkpoint_is_refused_by_sharded_workers(tmp_path: Path) -> None:
+    from swarmrl_server.trainer.distributed import ShardedCheckpointError, load_sharded
+
+    with pytest.raises(ShardedCheckpointError, match="one-process trainer"):
+        load_sharded(tmp_path, torch.nn.Linear(1, 1), torch.optim.SGD([torch.zeros(1)], lr=1))
