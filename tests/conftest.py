@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-# Servers with the HTTP shim on (http_server, scripted_server).
-pytest_plugins = ("tests.http_fixtures",)
+# Servers with the HTTP shim on (http_server, scripted_server); the session's vLLM server.
+pytest_plugins = ("tests.http_fixtures", "tests.engine_fixtures")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

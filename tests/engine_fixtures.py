@@ -1,21 +1,67 @@
-"""Engines of every kind on the tiny model, for the contract and training tests."""
+"""Engines of every kind on the tiny model, and one real `vllm serve` per test session.
+
+vLLM takes about a minute to start on CPU, so one launched server (from .venv-vllm,
+started exactly as `LaunchedServer` starts it) serves every vLLM test; the engines attach
+to it with `urls=`. Tests that change its weights put the original ones back.
+(Loaded as a pytest plugin by conftest.py.)
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import httpx
+import pytest
 
 from swarmrl_server.engine.base import Engine
 
 MAX_LEN = 128
-"""Context length the test engines are built with (short: the limit is cheap to reach)."""
+"""Context length of the test engines (short: the limit is cheap to reach)."""
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = Path(os.environ.get("SWARMRL_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
 
 
-async def make_engine(kind: str, model_dir: Path, work_dir: Path, **kwargs: object) -> Engine:
-    """A started engine named `kind` ("hf", "echo" or "vllm") serving `model_dir`."""
+@pytest.fixture(scope="session")
+def vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a real `vllm serve` of the tiny model (fp32, max_model_len MAX_LEN)."""
+    from swarmrl_server.engine.vllm_server import LaunchedServer
+
+    if not VLLM_PYTHON.exists():  # a failure, not a skip: `make test` builds it
+        pytest.fail(f"no vLLM venv at {VLLM_PYTHON}: run `make vllm-venv`")
+    server = LaunchedServer("tiny", tiny_model_dir, python=VLLM_PYTHON,
+                            log_dir=tmp_path_factory.mktemp("vllm"), max_model_len=MAX_LEN)
+    proc = server._spawn()
+    try:
+        deadline = time.monotonic() + 400
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited ({proc.returncode}):\n"
+                            + server.log_path.read_text()[-3000:])
+            try:
+                if httpx.get(f"{server.url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("vllm serve not healthy after 400 s:\n" + server.log_path.read_text()[-3000:])
+            time.sleep(0.5)
+        yield server.url
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+async def make_engine(kind: str, model_dir: Path, vllm_url: str = "", **kwargs: object) -> Engine:
+    """A started engine named `kind` ("hf", "echo" or "vllm", attached to `vllm_url`)."""
     engine: Engine
     if kind == "hf":
         from swarmrl_server.engine.hf import HFEngine
@@ -28,10 +74,7 @@ async def make_engine(kind: str, model_dir: Path, work_dir: Path, **kwargs: obje
     elif kind == "vllm":
         from swarmrl_server.engine.vllm import VLLMEngine
 
-        engine = VLLMEngine(
-            kind, model_dir, python=VLLM_PYTHON, log_dir=work_dir, max_model_len=MAX_LEN,
-            **kwargs,  # type: ignore[arg-type]
-        )
+        engine = VLLMEngine(kind, model_dir, urls=[vllm_url], **kwargs)  # type: ignore[arg-type]
     else:
         raise ValueError(kind)
     await engine.start()

@@ -1,8 +1,8 @@
 """One contract, every engine: what `engine/base.py` promises, checked against `hf`, `echo`
 and `vllm` (a real `vllm serve` process from .venv-vllm on the tiny model).
 
-Each engine is built once per module (vLLM takes ~45 s to start) with a short context
-(`MAX_LEN`), so that "max_tokens at the context limit" costs little.
+Each engine is built once per module with a short context (`MAX_LEN`), so that "max_tokens
+at the context limit" costs little; the vLLM engine attaches to the session's server.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=ENGINES)
-async def engine(
-    request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Engine]:
-    eng = await make_engine(request.param, tiny_model_dir, tmp_path_factory.mktemp(request.param))
+async def engine(request: pytest.FixtureRequest, tiny_model_dir: Path) -> AsyncIterator[Engine]:
+    url = request.getfixturevalue("vllm_url") if request.param == "vllm" else ""
+    eng = await make_engine(request.param, tiny_model_dir, url)
     try:
         yield eng
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import importlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -334,13 +333,6 @@ def test_text_stream_never_splits_a_character(tiny) -> None:
             break
     assert stream.stopped
     assert "".join(pieces) == stream.text == "héllo 🌍 wörld 日本語, stop here "
-
-
-def test_vllm_module_imports_without_vllm() -> None:
-    module = importlib.import_module("swarmrl_server.engine.vllm")
-    if importlib.util.find_spec("vllm") is None:
-        with pytest.raises(ImportError, match="GPU"):
-            module.VLLMEngine("m", "/nonexistent")
 
 
 @pytest.mark.slow

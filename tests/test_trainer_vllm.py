@@ -1,0 +1,145 @@
+"""Training with vLLM as the engine: a real `vllm serve` (the session's) behind a real swarm
+server and trainer. After one trainer step the server serves policy version 1, its
+logprobs equal the trainer's own recompute under the new weights, and every recorded
+call carries the version of the weights that produced it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import torch
+
+import swarmrl
+from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
+from swarmrl_server.engine.vllm import VLLMEngine
+from swarmrl_server.engine.vllm_server import VLLMServer
+from swarmrl_server.errors import SwarmError
+from tests.engine_fixtures import MAX_LEN
+from tests.helpers import assert_eventually
+
+pytestmark = pytest.mark.slow
+PROMPT = [5, 6, 7, 8, 9, 10]
+
+
+async def restore_weights(url: str, model_dir: Path) -> None:
+    """Puts the session server back on the tiny model's own weights."""
+    server = VLLMServer(url)
+    try:
+        await server.reload_weights(model_dir, 0)
+    finally:
+        await server.stop()
+
+
+async def run(engine: VLLMEngine, params: SamplingParams) -> GenerationOutput:
+    async for item in engine.generate(PROMPT, params):
+        if isinstance(item, GenerationOutput):
+            return item
+    raise AssertionError("no output")
+
+
+async def test_one_trainer_step_reaches_vllm_with_its_version(
+    vllm_url: str, tiny_model_dir: Path, model_cache: Path, tmp_path: Path
+) -> None:
+    from swarmrl_server.app import start_server
+    from swarmrl_server.config import ModelSpec, ServerConfig
+
+    config = ServerConfig(
+        models=(ModelSpec("tiny", "tiny", engine="vllm", urls=(vllm_url,)),), port=0,
+        http_port=None, data_dir=tmp_path / "data", cache_dir=model_cache, grace_s=0.5,
+        train=True, train_options={"batch_rule": "groups", "group_size": "2", "batch_size": "1",
+                                   "lr": "1e-2", "progress": "false", "checkpoint_every": "0"},
+    )
+    running = await start_server(config)
+    host = running.swarm.models["tiny"]
+    engine = host.engine
+    assert isinstance(engine, VLLMEngine) and engine.max_model_len == MAX_LEN
+    try:
+        async with swarmrl.AsyncSwarmClient(running.grpc_target) as client:
+            before = []
+            for reward in (1.0, 0.0):
+                async with client.episode(task_id="t", group_id="g0") as ep:
+                    await ep.generate_tokens(PROMPT, max_tokens=8, temperature=1.0, seed=int(reward))
+                    await ep.reward(reward)
+                    before.append(ep.id)
+            await assert_eventually(lambda: _check(engine.policy_version == 1), timeout=120)
+            assert await engine.servers[0].weight_version() == "1"
+            async with client.episode(task_id="t", group_id="g1") as ep:
+                await ep.generate_tokens(PROMPT, max_tokens=8, temperature=1.0, seed=3)
+                await ep.reward(0.5)
+                after = ep.id
+        # Every recorded call carries the version that produced it.
+        for episode_id, version in [(e, 0) for e in before] + [(after, 1)]:
+            record = await running.swarm.episodes.get(episode_id, with_calls=True)
+            assert record.calls and all(c.policy_version == version for c in record.calls)
+        # vLLM's logprobs under version 1 == the trainer's recompute with its own weights.
+        out = await run(engine, SamplingParams(temperature=0.7, max_tokens=12, seed=11))
+        assert out.policy_version == 1
+        model = host.trainer.model
+        with torch.no_grad():
+            logits_T_V = model(torch.tensor([PROMPT + out.completion_ids])).logits[
+                0, len(PROMPT) - 1 : -1].float()
+        ref_T = torch.log_softmax(logits_T_V / 0.7, -1).gather(
+            1, torch.tensor(out.completion_ids)[:, None])[:, 0]
+        assert torch.tensor(out.logprobs).sub(ref_T).abs().max().item() <= 1e-4
+        # ...and differ from version 0's (the step changed the weights).
+        base = await run_reference(tiny_model_dir, out.completion_ids)
+        assert (ref_T - base).abs().max().item() > 1e-3
+        assert engine.last_sync_s is not None and engine.last_sync_s < 30
+    finally:
+        await running.stop()
+        await restore_weights(vllm_url, tiny_model_dir)
+
+
+async def run_reference(model_dir: Path, completion: list[int]) -> torch.Tensor:
+    from swarmrl_server.models import load_model
+
+    model, _ = load_model(model_dir)
+    with torch.no_grad():
+        logits_T_V = model(torch.tensor([PROMPT + completion])).logits[0, len(PROMPT) - 1 : -1]
+    return torch.log_softmax(logits_T_V.float() / 0.7, -1).gather(
+        1, torch.tensor(completion)[:, None])[:, 0]
+
+
+async def test_calls_in_flight_finish_on_the_old_version(
+    vllm_url: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A weight sync waits for the calls stamped with the old version; calls that start
+    during it wait and run on the new weights, stamped with the new version."""
+    from swarmrl_server.models import load_model
+
+    engine = VLLMEngine("tiny", tiny_model_dir, urls=[vllm_url], trainable=True,
+                        weights_dir=tmp_path / "weights")
+    await engine.start()
+    model, _ = load_model(tiny_model_dir)
+    state = {k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()}
+    try:
+        long = engine.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=100, seed=1,
+                                                      stop_token_ids=()))
+        first = await anext(long)
+        assert isinstance(first, GenerationChunk)
+        sync = asyncio.create_task(engine.update_weights(state, 7))
+        await asyncio.sleep(0.3)
+        assert not sync.done()  # waiting for the call in flight
+        late = asyncio.create_task(run(engine, SamplingParams(temperature=0, max_tokens=4)))
+        await asyncio.sleep(0.1)
+        assert not late.done()  # new calls wait for the new weights
+        items = [item async for item in long]
+        old = items[-1]
+        assert isinstance(old, GenerationOutput) and old.policy_version == 0
+        await sync
+        new = await late
+        assert new.policy_version == 7 == engine.policy_version
+        assert await engine.servers[0].weight_version() == "7"
+        # Trainable models refuse top_p < 1: vLLM's logprobs would be the nucleus's.
+        with pytest.raises(SwarmError) as err:
+            await run(engine, SamplingParams(temperature=1.0, top_p=0.9))
+        assert err.value.field == "params.top_p"
+    finally:
+        await engine.stop()
+        await restore_weights(vllm_url, tiny_model_dir)
+
+
+def _check(condition: bool) -> None:
+    assert condition
