@@ -108,3 +108,14 @@ async def test_reward_cmd_with_an_anthropic_agent(http_server: Any, tmp_path: Pa
     (episode_id,) = episode_ids(log)
     record = await http_server.swarm.episodes.get(episode_id, with_calls=True)
     assert record.reward == 0.5 and len(record.calls) == 1
+
+
+async def test_reward_cmd_with_per_model_rewards(http_server: Any, tmp_path: Path) -> None:
+    score = f"{sys.executable} -c \"print('{{\\\"reward\\\": 0.5, \\\"model_rewards\\\": {{\\\"tiny\\\": 0.9}}}}')\""
+    code, log = await swarmrl_run(http_server, "--reward-cmd", score,
+                                  "--", sys.executable, agent(tmp_path), "none")
+    assert code == 0, log
+    (episode_id,) = episode_ids(log)
+    record = await http_server.swarm.episodes.get(episode_id)
+    assert record.reward == 0.5 and record.model_rewards == {"tiny": 0.9}
+    assert "tiny: 0.9" in log

@@ -43,8 +43,11 @@ from swarmrl._retry import RetryPolicy
 from swarmrl._streams import AsyncCompletionStream, AsyncEventStream
 from swarmrl._sync import CompletionStream, Episode, EventStream, SwarmClient
 from swarmrl._types import (
+    AgentVersionInfo,
     CallRecord,
     ChatMessage,
+    ClientInfo,
+    ClientList,
     Completion,
     Draining,
     EpisodeInfo,
@@ -64,6 +67,7 @@ from swarmrl._version import __version__
 
 __all__ = [
     "AbortedError",
+    "AgentVersionInfo",
     "AlreadyExistsError",
     "AsyncCompletionStream",
     "AsyncEpisode",
@@ -73,6 +77,8 @@ __all__ = [
     "CancelledError",
     "ChatMessage",
     "ClientConfig",
+    "ClientInfo",
+    "ClientList",
     "Completion",
     "CompletionStream",
     "DeadlineExceededError",

@@ -10,10 +10,10 @@ import sys
 from collections.abc import Sequence
 
 from swarmrl._config import DEFAULT_TARGET, ClientConfig
-from swarmrl._errors import SwarmError
+from swarmrl._errors import PermissionDeniedError, SwarmError, UnimplementedError
 from swarmrl._retry import RetryPolicy
 from swarmrl._sync import SwarmClient
-from swarmrl._types import ServerStatus
+from swarmrl._types import ClientList, ServerStatus
 from swarmrl._version import __version__
 
 _DESCRIPTION = "Train LLM agents with reinforcement learning while the agents run anywhere."
@@ -126,14 +126,50 @@ def _status(target: str, api_key: str | None, tls: bool, wait: float) -> int:
         retry=RetryPolicy(timeout=wait),
         call_timeout=max(wait, 1.0),
     )
+    clients: ClientList | None = None
     try:
         with SwarmClient(config=config) as client:
             status = client.status()
+            try:
+                clients = client.list_clients()
+            except (PermissionDeniedError, UnimplementedError):  # no admin key; an older server
+                pass
     except SwarmError as err:
         print(f"swarmrl: {target}: {err}", file=sys.stderr)
         return 1
     print(_format_status(target, status))
+    if clients is not None:
+        print("\n" + _format_clients(clients))
     return 0
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def _format_clients(clients: ClientList) -> str:
+    """Live clients, then every agent version's episodes (a swapped-out client's too)."""
+    def listed(values: list[str], most: int = 3) -> str:
+        shown = ",".join(v or "-" for v in values[:most])
+        return shown + (f",+{len(values) - most}" if len(values) > most else "")
+
+    rows: list[tuple[str, ...]] = [
+        ("CLIENT", "SESSION", "AGENT", "TASKS", "MODELS", "OPEN", "ENDED", "ABORTED")]
+    rows += [
+        (c.client_name, c.session_id[:12], listed(c.episode_agent_versions or [c.agent_version]),
+         listed(c.tasks), listed(c.models), str(c.open_episodes), str(c.ended_episodes),
+         str(c.aborted_episodes))
+        for c in clients.clients
+    ]
+    lines = _table(rows) if clients.clients else ["no clients attached"]
+    rows = [("AGENT VERSION", "OPEN", "ENDED", "ABORTED", "TRAINED", "MEAN REWARD")]
+    rows += [
+        (v.agent_version or "-", str(v.open_episodes), str(v.ended_episodes),
+         str(v.aborted_episodes), str(v.consumed_episodes), f"{v.mean_reward:.3f}")
+        for v in clients.agent_versions
+    ]
+    return "\n".join(lines + [""] + _table(rows))
 
 
 def _format_status(target: str, status: ServerStatus) -> str:

@@ -17,7 +17,7 @@ from swarmrl._retry import retry_once_after
 from swarmrl._session import Session, is_session_lost
 from swarmrl._streams import AsyncEventStream
 from swarmrl._transport import Transport
-from swarmrl._types import EpisodeInfo, ModelInfo, ServerStatus
+from swarmrl._types import ClientList, EpisodeInfo, ModelInfo, ServerStatus
 
 __all__ = ["AsyncSwarmClient"]
 
@@ -193,6 +193,16 @@ class AsyncSwarmClient:
             "GetStatus", lambda s: s.admin.GetStatus, admin_pb2.GetStatusRequest(), retryable=True
         )
         return _convert.status_from_proto(response)
+
+    async def list_clients(self) -> ClientList:
+        """The clients attached now (live sessions) with their tasks, models, agent
+        versions and episode counts, and the episode counts of every agent version the
+        server has seen (so a client swapped for a new version shows both)."""
+        response = await self._transport.unary(
+            "ListClients", lambda s: s.admin.ListClients, admin_pb2.ListClientsRequest(),
+            retryable=True,
+        )
+        return _convert.clients_from_proto(response)
 
     async def declare_done(self, model: str | None = None) -> None:
         """Declares this client's share of the current training batch done.

@@ -55,6 +55,10 @@ class ClientConfig:
     `TLSConfig`."""
     client_name: str = field(default_factory=_default_client_name)
     """Name of this client, shown in the server's status and logs. Default ``pid@hostname``."""
+    agent_version: str = ""
+    """Version of this client's agent code: the agent version of its episodes that do not
+    give their own, so a client replaced by an edited one shows up in the server's metrics
+    and in `list_clients` under its new version."""
     session_lease: float = 30.0
     """Requested session lease in seconds; the server clamps it. A background task renews
     it every third of the granted lease. When a lease lapses the server aborts the

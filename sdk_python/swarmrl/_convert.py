@@ -19,8 +19,11 @@ from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
 from swarmrl._proto.v1 import session_service_pb2 as session_pb2
 from swarmrl._proto.v1 import types_pb2
 from swarmrl._types import (
+    AgentVersionInfo,
     CallRecord,
     ChatMessage,
+    ClientInfo,
+    ClientList,
     Completion,
     Draining,
     EpisodeInfo,
@@ -265,6 +268,7 @@ def episode_from_proto(episode: episode_pb2.Episode) -> EpisodeInfo:
         end_time=_time(episode.end_time, episode.HasField("end_time")),
         abort_reason=episode.abort_reason,
         labels=dict(episode.labels),
+        model_rewards=dict(episode.model_rewards),
     )
 
 
@@ -278,6 +282,30 @@ def status_from_proto(status: admin_pb2.GetStatusResponse) -> ServerStatus:
         paused=status.paused,
         models=[model_from_proto(m) for m in status.models],
         last_event_sequence=status.last_event_sequence,
+    )
+
+
+def clients_from_proto(response: admin_pb2.ListClientsResponse) -> ClientList:
+    return ClientList(
+        clients=[
+            ClientInfo(
+                session_id=c.session_id, client_name=c.client_name,
+                agent_version=c.agent_version,
+                episode_agent_versions=list(c.episode_agent_versions), tasks=list(c.tasks),
+                models=list(c.models), open_episodes=c.open_episodes,
+                ended_episodes=c.ended_episodes, aborted_episodes=c.aborted_episodes,
+                lease_expire_time=_time(c.lease_expire_time, c.HasField("lease_expire_time")),
+            )
+            for c in response.clients
+        ],
+        agent_versions=[
+            AgentVersionInfo(
+                agent_version=v.agent_version, open_episodes=v.open_episodes,
+                ended_episodes=v.ended_episodes, aborted_episodes=v.aborted_episodes,
+                consumed_episodes=v.consumed_episodes, mean_reward=v.mean_reward,
+            )
+            for v in response.agent_versions
+        ],
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import structlog
 
@@ -237,37 +237,50 @@ class AsyncEpisode:
         ) as stream:
             return await stream.get_final_completion()
 
-    async def reward(self, value: float, call_id: str | None = None) -> float | None:
-        """Records a reward for the episode, or for one of its calls.
+    async def reward(
+        self, value: float, call_id: str | None = None, *, model: str | None = None
+    ) -> float | None:
+        """Records a reward for the episode, for one of its models, or for one of its calls.
 
-        A later episode-level reward replaces an earlier one.
+        A later reward for the same target replaces an earlier one. A model's own
+        reward is what its trainer uses; models without one get the episode's.
 
         Args:
             value: The reward; must be finite.
-            call_id: The `Completion.call_id` to reward, or None for the episode.
+            call_id: The `Completion.call_id` to reward, or None.
+            model: A model of the episode to reward on its own (not with `call_id`).
 
         Returns:
             The episode's reward after this call, if it has one.
         """
         request = episode_pb2.SubmitRewardRequest(
-            episode_id=self._id, value=value, call_id=call_id or "", request_id=new_request_id()
+            episode_id=self._id, value=value, call_id=call_id or "", request_id=new_request_id(),
+            model=model or "",
         )
         response = await self._transport.unary(
             "SubmitReward", lambda s: s.episodes.SubmitReward, request, retryable=True
         )
         return response.episode_reward if response.HasField("episode_reward") else None
 
-    async def end(self, reward: float | None = None) -> EpisodeInfo:
-        """Ends the episode; once this returns it is durable and eligible for training.
+    async def end(
+        self, reward: float | None = None, *, model_rewards: Mapping[str, float] | None = None
+    ) -> EpisodeInfo:
+        """Ends the episode; once this returns it is durable and queued for training by
+        every model it lists (all of them or, if the server dies meanwhile, none).
 
         Args:
-            reward: The final reward; may be omitted if `reward` already set one.
+            reward: The final reward; may be omitted if `reward` already set one. It is
+                the reward of every model without its own.
+            model_rewards: Rewards of single models, by name (e.g. a proposer and a
+                solver scored differently); each trains only its own model.
 
         Raises:
             FailedPreconditionError: The episode has no reward (reason
                 ``REWARD_MISSING``) or is no longer open (``EPISODE_NOT_OPEN``).
         """
-        request = episode_pb2.EndEpisodeRequest(episode_id=self._id, request_id=new_request_id())
+        request = episode_pb2.EndEpisodeRequest(
+            episode_id=self._id, request_id=new_request_id(), model_rewards=dict(model_rewards or {})
+        )
         if reward is not None:
             request.reward = reward
         response = await self._transport.unary(

@@ -10,7 +10,9 @@ reward has its episode aborted: failures are never trained on.
 Reward sources (pick one):
 
 - ``--reward-file PATH`` (the default, with a fresh temporary path): the agent
-  writes a number, or JSON ``{"reward": x}``, to ``$SWARMRL_REWARD_FILE``.
+  writes a number, or JSON ``{"reward": x}``, to ``$SWARMRL_REWARD_FILE``. With
+  several models, ``{"reward": x, "model_rewards": {"solver": y}}`` gives single
+  models their own reward (the others get ``x``).
 - ``--reward-from-exit-code``: exit status 0 is reward 1.0, any other is 0.0.
 - ``--reward-cmd CMD``: a shell command run after the agent exits 0; the last
   line it prints is the reward (it sees ``SWARMRL_EPISODE_ID``, ``SWARMRL_TASK_ID``
@@ -124,7 +126,8 @@ class Outcome:
     exit_code: int | None = None
 
 
-def _parse_reward(text: str, source: str) -> float:
+def _parse_reward(text: str, source: str) -> tuple[float, dict[str, float]]:
+    """The episode's reward and the per-model rewards from a number or a JSON object."""
     text = text.strip()
     if not text:
         raise ValueError(f"{source} is empty")
@@ -132,11 +135,19 @@ def _parse_reward(text: str, source: str) -> float:
         value = json.loads(text)
     except json.JSONDecodeError:
         raise ValueError(f"{source}: not a number: {text[:80]!r}") from None
+    own: dict[str, float] = {}
     if isinstance(value, dict):
+        raw = value.get("model_rewards") or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"{source}: model_rewards must be an object of model: reward")
+        for model, r in raw.items():
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
+                raise ValueError(f"{source}: model_rewards[{model!r}] is not a finite number")
+            own[str(model)] = float(r)
         value = value.get("reward")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{source}: expected a finite number, got {text[:80]!r}")
-    return float(value)
+    return float(value), own
 
 
 class Runner:
@@ -184,9 +195,11 @@ class Runner:
         finally:
             self.child = None
 
-    def reward(self, ep: Episode, code: int, reward_file: Path | None) -> float:
+    def reward(
+        self, ep: Episode, code: int, reward_file: Path | None
+    ) -> tuple[float, dict[str, float]]:
         if self.args.reward_from_exit_code:
-            return 1.0 if code == 0 else 0.0
+            return (1.0 if code == 0 else 0.0), {}
         if self.args.reward_cmd:
             env = {
                 **os.environ,
@@ -237,7 +250,7 @@ class Runner:
                 raise RuntimeError(f"the agent ran longer than {self.args.timeout}s")
             if code != 0 and not self.args.reward_from_exit_code:
                 raise RuntimeError(f"the agent failed (exit status {code})")
-            value = self.reward(ep, code, reward_file)
+            value, model_rewards = self.reward(ep, code, reward_file)
         except (RuntimeError, ValueError, OSError, subprocess.SubprocessError) as err:
             ep.abort(str(err))
             _say(f"episode {ep.id} aborted: {err}")
@@ -245,8 +258,9 @@ class Runner:
         except BaseException:
             ep.abort("the wrapper failed")
             raise
-        ep.end(value)
-        _say(f"episode {ep.id} ended with reward {value:g}")
+        ep.end(value, model_rewards=model_rewards or None)
+        per_model = "".join(f", {m}: {r:g}" for m, r in sorted(model_rewards.items()))
+        _say(f"episode {ep.id} ended with reward {value:g}{per_model}")
         return Outcome(ep.id, value, exit_code=code)
 
     def forward_signal(self, signum: int, frame: object) -> None:

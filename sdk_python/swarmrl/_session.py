@@ -58,7 +58,8 @@ class Session:
         lease = Duration()
         lease.FromTimedelta(datetime.timedelta(seconds=self._transport.config.session_lease))
         request = session_pb2.OpenSessionRequest(
-            session_id=self.id, client_name=self._transport.config.client_name, lease=lease
+            session_id=self.id, client_name=self._transport.config.client_name, lease=lease,
+            agent_version=self._transport.config.agent_version,
         )
         response = await self._transport.unary(
             "OpenSession", lambda s: s.sessions.OpenSession, request, retryable=True

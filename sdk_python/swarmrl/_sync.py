@@ -22,6 +22,7 @@ from swarmrl._episode import AsyncEpisode
 from swarmrl._streams import AsyncCompletionStream, AsyncEventStream
 from swarmrl._types import (
     ChatMessage,
+    ClientList,
     Completion,
     EpisodeInfo,
     EpisodeState,
@@ -310,13 +311,18 @@ class Episode:
         )
         return CompletionStream(stream, self._runner)
 
-    def reward(self, value: float, call_id: str | None = None) -> float | None:
-        """Records a reward for the episode or one of its calls (see `AsyncEpisode.reward`)."""
-        return self._runner.run(self._episode.reward(value, call_id))
+    def reward(
+        self, value: float, call_id: str | None = None, *, model: str | None = None
+    ) -> float | None:
+        """Records a reward for the episode, one of its models or one of its calls (see
+        `AsyncEpisode.reward`)."""
+        return self._runner.run(self._episode.reward(value, call_id, model=model))
 
-    def end(self, reward: float | None = None) -> EpisodeInfo:
-        """Ends the episode (see `AsyncEpisode.end`)."""
-        return self._runner.run(self._episode.end(reward))
+    def end(
+        self, reward: float | None = None, *, model_rewards: Mapping[str, float] | None = None
+    ) -> EpisodeInfo:
+        """Ends the episode, with per-model rewards if given (see `AsyncEpisode.end`)."""
+        return self._runner.run(self._episode.end(reward, model_rewards=model_rewards))
 
     def abort(self, reason: str = "") -> EpisodeInfo:
         """Aborts the episode (see `AsyncEpisode.abort`)."""
@@ -425,6 +431,11 @@ class SwarmClient:
     def status(self) -> ServerStatus:
         """The server's state."""
         return self._runner.run(self._async.status())
+
+    def list_clients(self) -> ClientList:
+        """The clients attached now and every agent version's episode counts (see
+        `AsyncSwarmClient.list_clients`)."""
+        return self._runner.run(self._async.list_clients())
 
     def declare_done(self, model: str | None = None) -> None:
         """Declares this client's share of the current batch done (see

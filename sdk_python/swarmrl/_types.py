@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 __all__ = [
+    "AgentVersionInfo",
     "CallRecord",
     "ChatMessage",
+    "ClientInfo",
+    "ClientList",
     "Completion",
     "Draining",
     "EpisodeInfo",
@@ -178,6 +181,8 @@ class EpisodeInfo:
     """Why it was aborted, if it was."""
     labels: dict[str, str] = field(default_factory=dict)
     """Labels given at start."""
+    model_rewards: dict[str, float] = field(default_factory=dict)
+    """Rewards given to single models; the others are trained on `reward`."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,60 @@ class ServerStatus:
     """The hosted models."""
     last_event_sequence: int
     """Sequence number of the newest server event."""
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    """A client attached to the server now (one live session)."""
+
+    session_id: str
+    """The session id."""
+    client_name: str
+    """Name the client gave (`ClientConfig.client_name`)."""
+    agent_version: str
+    """Agent version the client gave (`ClientConfig.agent_version`)."""
+    episode_agent_versions: list[str]
+    """Agent versions of the session's episodes."""
+    tasks: list[str]
+    """Task ids of the session's episodes (at most 100)."""
+    models: list[str]
+    """Models the session's episodes listed."""
+    open_episodes: int
+    """The session's episodes open now."""
+    ended_episodes: int
+    """The session's episodes ended."""
+    aborted_episodes: int
+    """The session's episodes aborted."""
+    lease_expire_time: datetime.datetime | None
+    """When the lease runs out unless renewed (UTC)."""
+
+
+@dataclass(frozen=True)
+class AgentVersionInfo:
+    """Episode counts of one agent version over the server's whole data directory."""
+
+    agent_version: str
+    """The agent version (empty when clients gave none)."""
+    open_episodes: int
+    """Its episodes open now."""
+    ended_episodes: int
+    """Its episodes ended."""
+    aborted_episodes: int
+    """Its episodes aborted."""
+    consumed_episodes: int
+    """Its ended episodes a trainer has consumed (trained or dropped)."""
+    mean_reward: float
+    """Mean episode reward of its ended episodes (0 when none ended)."""
+
+
+@dataclass(frozen=True)
+class ClientList:
+    """What `AsyncSwarmClient.list_clients` returns."""
+
+    clients: list[ClientInfo]
+    """Clients with a live lease, by client name."""
+    agent_versions: list[AgentVersionInfo]
+    """Every agent version that started an episode, live client or not."""
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,8 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
     p.add_argument("--train", action="store_true", help="train the models on ended episodes")
     p.add_argument("--train-option", action="append", default=[], metavar="KEY=VALUE",
                    help="trainer setting, e.g. lr=1e-5, adv_estimator=rloo, policy_loss=gspo, "
-                        "batch_rule=groups (repeatable); '--train-option help' lists them all")
+                        "batch_rule=groups (repeatable); MODEL.KEY=VALUE sets one model's; "
+                        "'--train-option help' lists them all")
     p.add_argument("--resume", type=Path, help="resume training from this checkpoint directory")
     return p
 
@@ -124,10 +125,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     config = config_from_args(args)
     if config.train:  # a bad train option fails here, before any model loads
-        from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
+        from swarmrl_server.trainer.config import TrainerConfigError
+        from swarmrl_server.trainer.setup import options_per_model
 
         try:
-            TrainerConfig.from_options(config.train_options)
+            options_per_model(config.train_options, [m.name for m in config.models])
         except TrainerConfigError as exc:
             raise SystemExit(f"swarmrl serve: error: {exc}") from None
     from swarmrl_server.app import serve  # heavy imports (torch) after --help

@@ -13,6 +13,12 @@ from typing import Any
 
 import structlog
 
+from swarmrl_server.episodes.clients import (
+    AgentVersionSummary,
+    ClientSummary,
+    LiveSession,
+    list_clients,
+)
 from swarmrl_server.episodes.registry import EpisodeKeys, EpisodeRegistry, GenerationPolicy
 from swarmrl_server.episodes.sessions import SessionTable
 from swarmrl_server.errors import Reason, not_found, precondition
@@ -67,6 +73,9 @@ class Swarm:
             telemetry=self.telemetry,
         )
         self.paused_reason: str | None = None
+        self._agent_versions: dict[str, str] = {}
+        """Agent version each session declared when it opened (clients re-declare it
+        whenever they reopen, e.g. after a server restart, so memory is enough)."""
         self.openai_base_url = ""
         """Set by the HTTP shim once it listens, e.g. http://127.0.0.1:8000/v1."""
 
@@ -139,6 +148,23 @@ class Swarm:
         if self.paused_reason is not None:
             reason, self.paused_reason = self.paused_reason, None
             await self.events.append("resumed", reason=reason)
+
+    def note_agent_version(self, session_id: str, agent_version: str) -> None:
+        """Records the agent version a session declared (the default of its episodes)."""
+        self._agent_versions[session_id] = agent_version
+
+    def session_agent_version(self, session_id: str) -> str:
+        return self._agent_versions.get(session_id, "")
+
+    async def list_clients(self) -> tuple[list[ClientSummary], list[AgentVersionSummary]]:
+        """Live clients (by client name) and every agent version's episode counts."""
+        live = [self.sessions.require(s) for s in self.sessions.ids()]
+        for gone in set(self._agent_versions) - {s.session_id for s in live}:
+            del self._agent_versions[gone]
+        return await list_clients(self.store, sorted(
+            (LiveSession(s.session_id, s.client_name, self.session_agent_version(s.session_id),
+                         s.expires_at) for s in live),
+            key=lambda s: (s.client_name, s.session_id)))
 
     def active_session_ids(self) -> set[str]:
         """Ids of the client sessions whose lease is live (the trainer's "clients" batch rule)."""

@@ -10,9 +10,10 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import {
-  EpisodeServiceClient, EndEpisodeResponse, GenerateRequest, GenerateResponse, GenerateResult,
-  OpenSessionResponse, Role, SessionServiceClient, StartEpisodeRequest, StartEpisodeResponse,
-  SubmitRewardResponse, episodeStateToJSON, grpc, serviceConfig,
+  EpisodeServiceClient, EndEpisodeRequest, EndEpisodeResponse, GenerateRequest, GenerateResponse,
+  GenerateResult, OpenSessionRequest, OpenSessionResponse, Role, SessionServiceClient,
+  StartEpisodeRequest, StartEpisodeResponse, SubmitRewardRequest, SubmitRewardResponse,
+  episodeStateToJSON, grpc, serviceConfig,
 } from "@swarmrl/stubs";
 
 const [target = "127.0.0.1:50051", episodesArg = "1"] = process.argv.slice(2);
@@ -57,7 +58,9 @@ async function main(): Promise<void> {
   const sessionId = randomUUID();
   const lease = { seconds: 120, nanos: 0 };
   const opened = await call<OpenSessionResponse>((done) =>
-    sessions.openSession({ sessionId, clientName: "example-typescript", lease }, md(), done));
+    sessions.openSession(OpenSessionRequest.fromPartial({
+      sessionId, clientName: "example-typescript", agentVersion: "example-typescript", lease,
+    }), md(), done));
   console.log(`session opened session_id=${sessionId} server_instance=${opened.serverInstance}`);
 
   for (let i = 0; i < Number(episodesArg); i++) {
@@ -72,9 +75,11 @@ async function main(): Promise<void> {
     }));
     const reward = result.completionIds.length > 0 ? 1.0 : 0.0;
     await call<SubmitRewardResponse>((done) =>
-      episodes.submitReward({ episodeId, value: reward, callId: "", requestId: randomUUID() }, md(), done));
+      episodes.submitReward(SubmitRewardRequest.fromPartial({
+        episodeId, value: reward, requestId: randomUUID(),
+      }), md(), done));
     const ended = await call<EndEpisodeResponse>((done) =>
-      episodes.endEpisode({ episodeId, requestId: randomUUID() }, md(), done));
+      episodes.endEpisode(EndEpisodeRequest.fromPartial({ episodeId, requestId: randomUUID() }), md(), done));
     const state = episodeStateToJSON(ended.episode?.state ?? 0);
     console.log(`episode ended episode_id=${episodeId} state=${state} call_id=${result.callId} ` +
       `completion_ids=${result.completionIds.join(",")}`);

@@ -460,16 +460,43 @@ class EpisodeRegistry:
                 open_.record.reward = float(value)
             return open_.record.reward
 
+    async def submit_model_reward(
+        self, episode_id: str, model: str, value: float, caller: Principal = IN_PROCESS
+    ) -> dict[str, float]:
+        """Records `model`'s own reward (its trainer uses it instead of the episode's);
+        returns the episode's per-model rewards."""
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise invalid("value", f"reward must be a finite number; got {value!r}")
+        open_ = await self._require_open(episode_id, caller)
+        self._check_reward_models(open_.record, {model: value}, "model")
+        async with open_.lock:
+            await self._require_open(episode_id)
+            await self._store.set_model_reward(episode_id, model, float(value))
+            open_.record.model_rewards[model] = float(value)
+            return dict(open_.record.model_rewards)
+
+    @staticmethod
+    def _check_reward_models(record: EpisodeRecord, rewards: dict[str, float], field: str) -> None:
+        for model, value in rewards.items():
+            name = field if field == "model" else f"{field}[{model!r}]"
+            if model not in record.models:
+                raise invalid(name, f"{model!r} is not among the episode's models {record.models}")
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise invalid(name, f"reward must be a finite number; got {value!r}")
+
     async def end(
         self, episode_id: str, reward: float | None, request_id: str,
-        caller: Principal = IN_PROCESS,
+        caller: Principal = IN_PROCESS, model_rewards: dict[str, float] | None = None,
     ) -> EpisodeRecord:
+        """Ends an episode and queues it, in one transaction, for every model it lists
+        (each with its own reward if it has one, else the episode's)."""
         if reward is not None and not math.isfinite(reward):
             raise invalid("reward", f"reward must be a finite number; got {reward!r}")
         replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ENDED, caller)
         if replay is not None:
             return replay
         open_ = await self._require_open(episode_id, caller)
+        self._check_reward_models(open_.record, model_rewards or {}, "model_rewards")
         async with open_.lock:
             await self._require_open(episode_id)
             final = open_.record.reward if reward is None else float(reward)
@@ -479,7 +506,8 @@ class EpisodeRegistry:
                     f"episode {episode_id} has no reward: submit one or pass it to EndEpisode",
                 )
             await self._store.finish_episode(
-                episode_id, EpisodeState.ENDED, reward=final, request_id=request_id
+                episode_id, EpisodeState.ENDED, reward=final, request_id=request_id,
+                model_rewards={m: float(v) for m, v in (model_rewards or {}).items()},
             )
             del self._open[episode_id]
         if self._telemetry is not None:

@@ -27,6 +27,7 @@ ADMIN_ONLY = (
     "/swarmrl.v1.AdminService/PauseGeneration",
     "/swarmrl.v1.AdminService/ResumeGeneration",
     "/swarmrl.v1.AdminService/SaveCheckpoint",
+    "/swarmrl.v1.AdminService/ListClients",  # names every client's sessions
 )
 
 

@@ -99,6 +99,12 @@ def _timestamp(t: float | None) -> timestamp_pb2.Timestamp | None:
     return ts
 
 
+def timestamp_of(t: float) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(int(t * 1e9))
+    return ts
+
+
 def call_to_proto(c: CallRecord) -> ep_pb.CallRecord:
     msg = ep_pb.CallRecord(
         call_id=c.call_id, model=c.model, prompt_ids=c.prompt_ids,
@@ -117,7 +123,7 @@ def episode_to_proto(e: EpisodeRecord) -> ep_pb.Episode:
         group_id=e.group_id, agent_version=e.agent_version, models=e.models,
         num_calls=e.num_calls, calls=[call_to_proto(c) for c in e.calls],
         start_time=_timestamp(e.start_time), end_time=_timestamp(e.end_time),
-        abort_reason=e.abort_reason, labels=e.labels,
+        abort_reason=e.abort_reason, labels=e.labels, model_rewards=e.model_rewards,
     )
     if e.reward is not None:
         msg.reward = e.reward

@@ -51,6 +51,7 @@ class SessionServicer(_Owned, s_grpc.SessionServiceServicer):
         s = await self.swarm.sessions.open(
             request.session_id, request.client_name, lease, self.caller(context)
         )
+        self.swarm.note_agent_version(s.session_id, request.agent_version)
         return s_pb.OpenSessionResponse(
             session_id=s.session_id, lease=_duration(s.lease_s),
             server_instance=self.swarm.instance,
@@ -100,7 +101,9 @@ class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
             raise invalid("session_id", "must not be empty; open a session first")
         record, key = await self.swarm.episodes.start(
             session_id=request.session_id, task_id=request.task_id, group_id=request.group_id,
-            agent_version=request.agent_version, models=list(request.models),
+            agent_version=(request.agent_version
+                           or self.swarm.session_agent_version(request.session_id)),
+            models=list(request.models),
             request_id=request.request_id, labels=dict(request.labels),
             caller=self.caller(context),
         )
@@ -139,10 +142,18 @@ class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
 
     @translate_errors
     async def SubmitReward(self, request: ep_pb.SubmitRewardRequest, context: Context) -> ep_pb.SubmitRewardResponse:
-        reward = await self.swarm.episodes.submit_reward(
-            request.episode_id, request.value, request.call_id, self.caller(context)
-        )
-        response = ep_pb.SubmitRewardResponse()
+        episodes, caller = self.swarm.episodes, self.caller(context)
+        if request.model and request.call_id:
+            raise invalid("model", "give call_id or model, not both")
+        if request.model:
+            own = await episodes.submit_model_reward(
+                request.episode_id, request.model, request.value, caller)
+            reward = (await episodes.get(request.episode_id, caller=caller)).reward
+        else:
+            reward = await episodes.submit_reward(
+                request.episode_id, request.value, request.call_id, caller)
+            own = (await episodes.get(request.episode_id, caller=caller)).model_rewards
+        response = ep_pb.SubmitRewardResponse(model_rewards=own)
         if reward is not None:
             response.episode_reward = reward
         return response
@@ -151,7 +162,8 @@ class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
     async def EndEpisode(self, request: ep_pb.EndEpisodeRequest, context: Context) -> ep_pb.EndEpisodeResponse:
         reward = request.reward if request.HasField("reward") else None
         record = await self.swarm.episodes.end(
-            request.episode_id, reward, request.request_id, self.caller(context)
+            request.episode_id, reward, request.request_id, self.caller(context),
+            dict(request.model_rewards),
         )
         return ep_pb.EndEpisodeResponse(episode=convert.episode_to_proto(record))
 
@@ -211,6 +223,25 @@ class AdminServicer(admin_grpc.AdminServiceServicer):
     async def ResumeGeneration(self, request: admin_pb.ResumeGenerationRequest, context: Context) -> admin_pb.ResumeGenerationResponse:
         await self.swarm.resume()
         return admin_pb.ResumeGenerationResponse()
+
+    @translate_errors
+    async def ListClients(self, request: admin_pb.ListClientsRequest, context: Context) -> admin_pb.ListClientsResponse:
+        clients, versions = await self.swarm.list_clients()
+        return admin_pb.ListClientsResponse(
+            clients=[
+                admin_pb.ClientInfo(
+                    session_id=c.session_id, client_name=c.client_name,
+                    agent_version=c.agent_version,
+                    episode_agent_versions=sorted(c.episode_agent_versions),
+                    tasks=sorted(c.tasks), models=sorted(c.models),
+                    open_episodes=c.open_episodes, ended_episodes=c.ended_episodes,
+                    aborted_episodes=c.aborted_episodes,
+                    lease_expire_time=convert.timestamp_of(c.lease_expires_at),
+                )
+                for c in clients
+            ],
+            agent_versions=[admin_pb.AgentVersionInfo(**vars(v)) for v in versions],
+        )
 
     @translate_errors
     async def SaveCheckpoint(self, request: admin_pb.SaveCheckpointRequest, context: Context) -> admin_pb.SaveCheckpointResponse:

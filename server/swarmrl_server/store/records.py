@@ -81,3 +81,9 @@ class EpisodeRecord:
     """Its session's owner, kept on the episode so it outlives the session."""
     calls: list[CallRecord] = field(default_factory=list)
     """Filled only when asked for (they can be large)."""
+    model_rewards: dict[str, float] = field(default_factory=dict)
+    """Rewards given to single models; a model without one gets `reward`."""
+
+    def reward_for(self, model: str) -> float | None:
+        """The reward `model`'s trainer uses: its own, else the episode's."""
+        return self.model_rewards.get(model, self.reward)

@@ -16,6 +16,7 @@ import array
 import asyncio
 import concurrent.futures
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -77,6 +78,15 @@ CREATE TABLE IF NOT EXISTS consumed (
     step INTEGER NOT NULL,
     PRIMARY KEY (episode_id, model)
 );
+CREATE TABLE IF NOT EXISTS episode_models (
+    episode_id TEXT NOT NULL REFERENCES episodes(episode_id),
+    model TEXT NOT NULL,
+    reward REAL,
+    queued INTEGER NOT NULL DEFAULT 0,
+    num_calls INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (episode_id, model)
+);
+CREATE INDEX IF NOT EXISTS episode_models_queue ON episode_models(model, queued);
 CREATE TABLE IF NOT EXISTS events (
     sequence INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL,
@@ -103,6 +113,34 @@ def _migrate(conn: sqlite3.Connection) -> None:
         "CREATE UNIQUE INDEX IF NOT EXISTS episodes_owner_start_request "
         "ON episodes(owner, start_request_id) WHERE start_request_id != ''"
     )
+
+
+# Rows of `episode_models`: one per (episode, model the episode lists). `reward` is the
+# model's own reward (NULL: the episode's reward applies). `queued` = 1 puts the episode
+# in that model's training queue; it is set for every model of an episode in the same
+# transaction that ends the episode, so the trainers see it all together or not at all.
+
+# Rebuilds the queue of episodes ended before the queue existed (idempotent).
+_BACKFILL_QUEUE = """
+INSERT OR IGNORE INTO episode_models (episode_id, model, reward, queued, num_calls)
+SELECT e.episode_id, j.value, NULL, 1,
+       (SELECT COUNT(*) FROM calls c WHERE c.episode_id = e.episode_id AND c.model = j.value)
+FROM episodes e, json_each(e.models) j
+WHERE e.state = 'ended'
+  AND NOT EXISTS (SELECT 1 FROM episode_models q WHERE q.episode_id = e.episode_id AND q.queued = 1)
+"""
+
+PAUSE_BETWEEN_MODEL_WRITES_ENV = "SWARMRL_TEST_PAUSE_BETWEEN_MODEL_WRITES"
+"""Crash-test hook: when set to a path, ending an episode of several models creates that
+file after queueing the first model and then sleeps inside the open transaction, so a
+test can SIGKILL the server exactly between two models' writes of the real code path."""
+
+
+def _pause_between_model_writes() -> None:
+    marker = os.environ.get(PAUSE_BETWEEN_MODEL_WRITES_ENV)
+    if marker:
+        Path(marker).touch()
+        time.sleep(60.0)
 
 
 def _ids_to_blob(ids: Iterable[int]) -> bytes:
@@ -150,6 +188,7 @@ class SqliteStore:
         conn.execute("PRAGMA foreign_keys=ON")
         conn.executescript(SCHEMA)
         _migrate(conn)
+        conn.execute(_BACKFILL_QUEUE)
         self._conn = conn
 
     async def close(self) -> None:
@@ -256,6 +295,16 @@ class SqliteStore:
             lambda c: c.execute("UPDATE calls SET reward=? WHERE call_id=?", (value, call_id)),
         )
 
+    async def set_model_reward(self, episode_id: str, model: str, value: float) -> None:
+        await self._run(
+            self._tx,
+            lambda c: c.execute(
+                "INSERT INTO episode_models (episode_id, model, reward) VALUES (?, ?, ?) "
+                "ON CONFLICT(episode_id, model) DO UPDATE SET reward=excluded.reward",
+                (episode_id, model, value),
+            ),
+        )
+
     async def finish_episode(
         self,
         episode_id: str,
@@ -265,8 +314,15 @@ class SqliteStore:
         request_id: str,
         abort_reason: str = "",
         end_time: float | None = None,
+        model_rewards: dict[str, float] | None = None,
     ) -> None:
-        """Moves an open episode to ENDED or ABORTED in one transaction."""
+        """Moves an open episode to ENDED or ABORTED in one transaction.
+
+        Ending also queues the episode for every model it lists, with the number of
+        calls it made to each and that model's own reward (from `model_rewards`, else
+        one submitted earlier), in the same transaction: every model's trainer gets it,
+        or none does. Aborting takes it out of every queue.
+        """
         end_time = time.time() if end_time is None else end_time
 
         def _finish(c: sqlite3.Connection) -> None:
@@ -278,6 +334,22 @@ class SqliteStore:
             )
             if cur.rowcount != 1:
                 raise RuntimeError(f"episode {episode_id} is not open")
+            if state is not EpisodeState.ENDED:
+                c.execute("UPDATE episode_models SET queued=0 WHERE episode_id=?", (episode_id,))
+                return
+            own = model_rewards or {}
+            (models,) = c.execute(
+                "SELECT models FROM episodes WHERE episode_id=?", (episode_id,)).fetchone()
+            for i, model in enumerate(json.loads(models)):
+                if i == 1:
+                    _pause_between_model_writes()
+                c.execute(
+                    "INSERT INTO episode_models (episode_id, model, reward, queued, num_calls) "
+                    "VALUES (?1, ?2, ?3, 1, (SELECT COUNT(*) FROM calls WHERE episode_id=?1 "
+                    "AND model=?2)) ON CONFLICT(episode_id, model) DO UPDATE SET "
+                    "reward=COALESCE(?3, reward), queued=1, num_calls=excluded.num_calls",
+                    (episode_id, model, own.get(model)),
+                )
 
         await self._run(self._tx, _finish)
 
@@ -319,15 +391,27 @@ class SqliteStore:
 
         def _list() -> list[EpisodeRecord]:
             rows = self.conn.execute(
-                "SELECT e.* FROM episodes e WHERE e.state=? "
-                "AND EXISTS (SELECT 1 FROM calls c WHERE c.episode_id=e.episode_id AND c.model=?) "
+                "SELECT e.* FROM episodes e JOIN episode_models q ON q.episode_id=e.episode_id "
+                "WHERE q.model=? AND q.queued=1 AND q.num_calls>0 AND e.state=? "
                 "AND NOT EXISTS (SELECT 1 FROM consumed k WHERE k.episode_id=e.episode_id "
                 "AND k.model=?) ORDER BY e.end_time",
-                (EpisodeState.ENDED.value, model, model),
+                (model, EpisodeState.ENDED.value, model),
             ).fetchall()
             return [self._episode_from_row(row, True) for row in rows]
 
         return await self._run(_list)
+
+    async def queued_not_called(self, model: str) -> int:
+        """Ended episodes that list `model` but never called it (queued with nothing to train)."""
+
+        def _count() -> int:
+            row = self.conn.execute(
+                "SELECT COUNT(*) FROM episode_models WHERE model=? AND queued=1 AND num_calls=0",
+                (model,),
+            ).fetchone()
+            return int(row[0])
+
+        return await self._run(_count)
 
     async def mark_consumed(self, model: str, episode_ids: Iterable[str], step: int) -> None:
         ids = list(episode_ids)
@@ -357,6 +441,37 @@ class SqliteStore:
             ),
         )
 
+    async def episode_tallies(
+        self, session_ids: Iterable[str]
+    ) -> list[tuple[str, str, str, str, str, int]]:
+        """(session, agent version, task, models JSON, state, count) of the sessions' episodes."""
+        ids = list(session_ids)
+
+        def _tally() -> list[tuple[str, str, str, str, str, int]]:
+            if not ids:
+                return []
+            marks = ",".join("?" * len(ids))
+            return self.conn.execute(
+                "SELECT session_id, agent_version, task_id, models, state, COUNT(*) FROM episodes "
+                f"WHERE session_id IN ({marks}) GROUP BY session_id, agent_version, task_id, "
+                "models, state",
+                ids,
+            ).fetchall()
+
+        return await self._run(_tally)
+
+    async def agent_version_tallies(self) -> list[tuple[str, str, int, float | None, int]]:
+        """(agent version, state, episodes, mean reward, episodes some trainer consumed)."""
+
+        def _tally() -> list[tuple[str, str, int, float | None, int]]:
+            return self.conn.execute(
+                "SELECT e.agent_version, e.state, COUNT(*), AVG(e.reward), "
+                "SUM(EXISTS (SELECT 1 FROM consumed k WHERE k.episode_id=e.episode_id)) "
+                "FROM episodes e GROUP BY e.agent_version, e.state ORDER BY e.agent_version"
+            ).fetchall()
+
+        return await self._run(_tally)
+
     async def counts(self) -> dict[str, int]:
         def _counts() -> dict[str, int]:
             rows = self.conn.execute(
@@ -381,7 +496,15 @@ class SqliteStore:
             start_request_id=start_request_id, end_request_id=end_request_id, reward=reward,
             end_time=end_time, abort_reason=abort_reason, num_calls=num_calls, calls=calls,
             owner=owner,
+            model_rewards=self._model_rewards(episode_id),
         )
+
+    def _model_rewards(self, episode_id: str) -> dict[str, float]:
+        rows = self.conn.execute(
+            "SELECT model, reward FROM episode_models WHERE episode_id=? AND reward IS NOT NULL",
+            (episode_id,),
+        ).fetchall()
+        return {model: reward for model, reward in rows}
 
     def _calls(self, episode_id: str) -> list[CallRecord]:
         rows = self.conn.execute(

@@ -34,11 +34,13 @@ class Group:
     task_id: str
     episodes: list[EpisodeRecord]
     complete: bool
+    model: str = ""
+    """The model being trained: its own rewards count (else the episodes')."""
 
     @property
     def uniform(self) -> bool:
-        """Whether every episode got the same reward."""
-        return len({e.reward for e in self.episodes}) <= 1
+        """Whether every episode got the same reward (for this model)."""
+        return len({e.reward_for(self.model) for e in self.episodes}) <= 1
 
     @property
     def last_end(self) -> float:
@@ -61,7 +63,9 @@ def _order(e: EpisodeRecord) -> tuple[float, str]:
     return (e.end_time or 0.0, e.episode_id)
 
 
-def make_groups(episodes: Sequence[EpisodeRecord], group_size: int) -> list[Group]:
+def make_groups(
+    episodes: Sequence[EpisodeRecord], group_size: int, model: str = ""
+) -> list[Group]:
     """Cuts episodes into groups, oldest complete groups first, partial groups last."""
     by_key: dict[tuple[str, str], list[EpisodeRecord]] = {}
     for e in sorted(episodes, key=_order):
@@ -72,7 +76,7 @@ def make_groups(episodes: Sequence[EpisodeRecord], group_size: int) -> list[Grou
         for i in range(0, len(members), size):
             chunk = members[i : i + size]
             uid = f"{task_id}/{group_id}/{chunk[0].episode_id}"
-            groups.append(Group(uid, task_id, chunk, complete=len(chunk) == size))
+            groups.append(Group(uid, task_id, chunk, complete=len(chunk) == size, model=model))
     groups.sort(key=lambda g: (not g.complete, g.last_end, g.uid))
     return groups
 
@@ -80,7 +84,8 @@ def make_groups(episodes: Sequence[EpisodeRecord], group_size: int) -> list[Grou
 class Batcher:
     """Decides when the episodes waiting for a model make a batch."""
 
-    def __init__(self, config: TrainerConfig) -> None:
+    def __init__(self, config: TrainerConfig, model: str = "") -> None:
+        self.model = model
         self.rule = config.batch_rule
         self.size = config.batch_size
         self.group_size = config.group_size
@@ -104,7 +109,7 @@ class Batcher:
         plan = BatchPlan()
         ready: list[Group] = []
         waiting = 0
-        for g in make_groups(episodes, self.group_size):
+        for g in make_groups(episodes, self.group_size, self.model):
             if not (g.complete or self.train_partial):
                 waiting += 1
                 continue

@@ -16,10 +16,31 @@ async def attach_trainers(swarm: Swarm, config: ServerConfig) -> None:
     then starts one trainer per trainable model, resuming from `config.resume` if set."""
     from swarmrl_server.trainer.trainer import Trainer
 
-    trainer_config = TrainerConfig.from_options(config.train_options)
+    per_model = options_per_model(config.train_options, list(swarm.models))
     for host in swarm.models.values():
         if not host.trainable:
             continue
-        trainer = Trainer(swarm, host, trainer_config)
+        trainer = Trainer(swarm, host, TrainerConfig.from_options(per_model[host.name]))
         await trainer.start(resume=config.resume)
         host.trainer = trainer
+
+
+def options_per_model(options: dict[str, str], models: list[str]) -> dict[str, dict[str, str]]:
+    """Each model's train options: the plain ``KEY=VALUE`` ones, overridden by its own
+    ``MODEL.KEY=VALUE`` ones (so two models trained at once can batch differently).
+    Every model's options are checked here, so a bad one stops start-up."""
+    from swarmrl_server.trainer.config import TrainerConfigError
+
+    shared = {k: v for k, v in options.items() if "." not in k}
+    out = {m: dict(shared) for m in models}
+    for key, value in options.items():
+        if "." not in key:
+            continue
+        model, _, option = key.partition(".")
+        if model not in out:
+            raise TrainerConfigError(
+                f"train option {key!r} names model {model!r}; hosted models: {', '.join(models)}")
+        out[model][option] = value
+    for model_options in out.values():
+        TrainerConfig.from_options(model_options)
+    return out

@@ -77,10 +77,12 @@ class EpisodeRows:
 
 
 def episode_rows(episode: EpisodeRecord, model: str, uid: str) -> tuple[EpisodeRows, MergeStats]:
-    """Merges the episode's calls to `model` into timelines (other models' calls are theirs)."""
+    """Merges the episode's calls to `model` into timelines (other models' calls are theirs),
+    with `model`'s reward (its own, else the episode's)."""
     calls = [c for c in episode.calls if c.model == model]
     rows, stats = merge_calls(calls)
-    reward = float(episode.reward) if episode.reward is not None else math.nan
+    own = episode.reward_for(model)
+    reward = float(own) if own is not None else math.nan
     return EpisodeRows(episode.episode_id, uid, episode.task_id, reward, rows), stats
 
 

@@ -82,11 +82,13 @@ class Trainer:
         self.config = config
         self.data_dir = swarm.data_dir
         self.log_dir = log_dir if log_dir is not None else swarm.data_dir
-        self.batcher = Batcher(config)
+        self.batcher = Batcher(config, model=host.name)
         self.step = 0
         self.policy_version = 0
         self.last_checkpoint_step = -1
         self.dropped_total: dict[str, int] = {}
+        self.not_called = 0
+        """Ended episodes that listed this model but never called it: nothing to train."""
         self.error: BaseException | None = None
         """Set when a step failed; training stops, the server keeps serving."""
         self._pending: dict[str, EpisodeRecord] = {}
@@ -135,6 +137,7 @@ class Trainer:
             if earlier:
                 log.warning("trainer_fresh_start", model=self.name, consumed_earlier=len(earlier),
                             hint="pass --resume to continue from a checkpoint")
+        self.not_called = await store.queued_not_called(self.name)
         for record in await store.unconsumed_ended_episodes(self.name):
             self._pending[record.episode_id] = record
         self.writer = metrics.MetricsWriter(
@@ -294,9 +297,12 @@ class Trainer:
         new, self._new = self._new, []
         for episode_id in new:
             record = await self.swarm.store.get_episode(episode_id, with_calls=True)
-            if (record is not None and record.state is EpisodeState.ENDED
-                    and any(c.model == self.name for c in record.calls)):
+            if record is None or record.state is not EpisodeState.ENDED:
+                continue
+            if any(c.model == self.name for c in record.calls):
                 self._pending[episode_id] = record
+            else:
+                self.not_called += 1
         return self.batcher.plan(list(self._pending.values()), self.swarm.active_session_ids())
 
     def _rows(self, plan: BatchPlan, dropped: dict[str, list[EpisodeRecord]]
@@ -376,6 +382,7 @@ class Trainer:
         values.update({
             "actor/policy_version": float(self.policy_version), "actor/lr": self.config.lr,
             "batch/groups": float(len(plan.groups)), "batch/pending": float(len(self._pending)),
+            "batch/not_called_total": float(self.not_called),
             "time/step_s": time.monotonic() - t0, "time/wait_s": wait_s,
         })
         self.writer.write(self.step, values, staleness=staleness)

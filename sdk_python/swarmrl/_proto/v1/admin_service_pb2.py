@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from swarmrl._proto.v1 import types_pb2 as swarmrl_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eswarmrl/v1/admin_service.proto\x12\nswarmrl.v1\x1a\x16swarmrl/v1/types.proto\"\x12\n\x10GetStatusRequest\"\xc6\x02\n\x11GetStatusResponse\x12\'\n\x0fserver_instance\x18\x01 \x01(\tR\x0eserverInstance\x12\x1a\n\x08sessions\x18\x02 \x01(\x05R\x08sessions\x12#\n\ropen_episodes\x18\x03 \x01(\x05R\x0copenEpisodes\x12%\n\x0e\x65nded_episodes\x18\x04 \x01(\x03R\rendedEpisodes\x12)\n\x10\x61\x62orted_episodes\x18\x05 \x01(\x03R\x0f\x61\x62ortedEpisodes\x12\x16\n\x06paused\x18\x06 \x01(\x08R\x06paused\x12-\n\x06models\x18\x07 \x03(\x0b\x32\x15.swarmrl.v1.ModelInfoR\x06models\x12.\n\x13last_event_sequence\x18\x08 \x01(\x04R\x11lastEventSequence\"\x13\n\x11ListModelsRequest\"C\n\x12ListModelsResponse\x12-\n\x06models\x18\x01 \x03(\x0b\x32\x15.swarmrl.v1.ModelInfoR\x06models\"0\n\x16PauseGenerationRequest\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\"\x19\n\x17PauseGenerationResponse\"\x19\n\x17ResumeGenerationRequest\"\x1a\n\x18ResumeGenerationResponse\"-\n\x15SaveCheckpointRequest\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\".\n\x16SaveCheckpointResponse\x12\x14\n\x05paths\x18\x01 \x03(\tR\x05paths2\xd2\x03\n\x0c\x41\x64minService\x12M\n\tGetStatus\x12\x1c.swarmrl.v1.GetStatusRequest\x1a\x1d.swarmrl.v1.GetStatusResponse\"\x03\x90\x02\x01\x12P\n\nListModels\x12\x1d.swarmrl.v1.ListModelsRequest\x1a\x1e.swarmrl.v1.ListModelsResponse\"\x03\x90\x02\x01\x12_\n\x0fPauseGeneration\x12\".swarmrl.v1.PauseGenerationRequest\x1a#.swarmrl.v1.PauseGenerationResponse\"\x03\x90\x02\x02\x12\x62\n\x10ResumeGeneration\x12#.swarmrl.v1.ResumeGenerationRequest\x1a$.swarmrl.v1.ResumeGenerationResponse\"\x03\x90\x02\x02\x12\\\n\x0eSaveCheckpoint\x12!.swarmrl.v1.SaveCheckpointRequest\x1a\".swarmrl.v1.SaveCheckpointResponse\"\x03\x90\x02\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eswarmrl/v1/admin_service.proto\x12\nswarmrl.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16swarmrl/v1/types.proto\"\x12\n\x10GetStatusRequest\"\xc6\x02\n\x11GetStatusResponse\x12\'\n\x0fserver_instance\x18\x01 \x01(\tR\x0eserverInstance\x12\x1a\n\x08sessions\x18\x02 \x01(\x05R\x08sessions\x12#\n\ropen_episodes\x18\x03 \x01(\x05R\x0copenEpisodes\x12%\n\x0e\x65nded_episodes\x18\x04 \x01(\x03R\rendedEpisodes\x12)\n\x10\x61\x62orted_episodes\x18\x05 \x01(\x03R\x0f\x61\x62ortedEpisodes\x12\x16\n\x06paused\x18\x06 \x01(\x08R\x06paused\x12-\n\x06models\x18\x07 \x03(\x0b\x32\x15.swarmrl.v1.ModelInfoR\x06models\x12.\n\x13last_event_sequence\x18\x08 \x01(\x04R\x11lastEventSequence\"\x13\n\x11ListModelsRequest\"C\n\x12ListModelsResponse\x12-\n\x06models\x18\x01 \x03(\x0b\x32\x15.swarmrl.v1.ModelInfoR\x06models\"0\n\x16PauseGenerationRequest\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\"\x19\n\x17PauseGenerationResponse\"\x19\n\x17ResumeGenerationRequest\"\x1a\n\x18ResumeGenerationResponse\"-\n\x15SaveCheckpointRequest\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\".\n\x16SaveCheckpointResponse\x12\x14\n\x05paths\x18\x01 \x03(\tR\x05paths\"\x14\n\x12ListClientsRequest\"\x8c\x01\n\x13ListClientsResponse\x12\x30\n\x07\x63lients\x18\x01 \x03(\x0b\x32\x16.swarmrl.v1.ClientInfoR\x07\x63lients\x12\x43\n\x0e\x61gent_versions\x18\x02 \x03(\x0b\x32\x1c.swarmrl.v1.AgentVersionInfoR\ragentVersions\"\x94\x03\n\nClientInfo\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n\x0b\x63lient_name\x18\x02 \x01(\tR\nclientName\x12#\n\ragent_version\x18\x03 \x01(\tR\x0c\x61gentVersion\x12\x34\n\x16\x65pisode_agent_versions\x18\x04 \x03(\tR\x14\x65pisodeAgentVersions\x12\x14\n\x05tasks\x18\x05 \x03(\tR\x05tasks\x12\x16\n\x06models\x18\x06 \x03(\tR\x06models\x12#\n\ropen_episodes\x18\x07 \x01(\x05R\x0copenEpisodes\x12%\n\x0e\x65nded_episodes\x18\x08 \x01(\x03R\rendedEpisodes\x12)\n\x10\x61\x62orted_episodes\x18\t \x01(\x03R\x0f\x61\x62ortedEpisodes\x12\x46\n\x11lease_expire_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\"\xfc\x01\n\x10\x41gentVersionInfo\x12#\n\ragent_version\x18\x01 \x01(\tR\x0c\x61gentVersion\x12#\n\ropen_episodes\x18\x02 \x01(\x05R\x0copenEpisodes\x12%\n\x0e\x65nded_episodes\x18\x03 \x01(\x03R\rendedEpisodes\x12)\n\x10\x61\x62orted_episodes\x18\x04 \x01(\x03R\x0f\x61\x62ortedEpisodes\x12+\n\x11\x63onsumed_episodes\x18\x05 \x01(\x03R\x10\x63onsumedEpisodes\x12\x1f\n\x0bmean_reward\x18\x06 \x01(\x01R\nmeanReward2\xa7\x04\n\x0c\x41\x64minService\x12M\n\tGetStatus\x12\x1c.swarmrl.v1.GetStatusRequest\x1a\x1d.swarmrl.v1.GetStatusResponse\"\x03\x90\x02\x01\x12P\n\nListModels\x12\x1d.swarmrl.v1.ListModelsRequest\x1a\x1e.swarmrl.v1.ListModelsResponse\"\x03\x90\x02\x01\x12_\n\x0fPauseGeneration\x12\".swarmrl.v1.PauseGenerationRequest\x1a#.swarmrl.v1.PauseGenerationResponse\"\x03\x90\x02\x02\x12\x62\n\x10ResumeGeneration\x12#.swarmrl.v1.ResumeGenerationRequest\x1a$.swarmrl.v1.ResumeGenerationResponse\"\x03\x90\x02\x02\x12\\\n\x0eSaveCheckpoint\x12!.swarmrl.v1.SaveCheckpointRequest\x1a\".swarmrl.v1.SaveCheckpointResponse\"\x03\x90\x02\x02\x12S\n\x0bListClients\x12\x1e.swarmrl.v1.ListClientsRequest\x1a\x1f.swarmrl.v1.ListClientsResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,26 +43,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ADMINSERVICE'].methods_by_name['ResumeGeneration']._serialized_options = b'\220\002\002'
   _globals['_ADMINSERVICE'].methods_by_name['SaveCheckpoint']._loaded_options = None
   _globals['_ADMINSERVICE'].methods_by_name['SaveCheckpoint']._serialized_options = b'\220\002\002'
-  _globals['_GETSTATUSREQUEST']._serialized_start=70
-  _globals['_GETSTATUSREQUEST']._serialized_end=88
-  _globals['_GETSTATUSRESPONSE']._serialized_start=91
-  _globals['_GETSTATUSRESPONSE']._serialized_end=417
-  _globals['_LISTMODELSREQUEST']._serialized_start=419
-  _globals['_LISTMODELSREQUEST']._serialized_end=438
-  _globals['_LISTMODELSRESPONSE']._serialized_start=440
-  _globals['_LISTMODELSRESPONSE']._serialized_end=507
-  _globals['_PAUSEGENERATIONREQUEST']._serialized_start=509
-  _globals['_PAUSEGENERATIONREQUEST']._serialized_end=557
-  _globals['_PAUSEGENERATIONRESPONSE']._serialized_start=559
-  _globals['_PAUSEGENERATIONRESPONSE']._serialized_end=584
-  _globals['_RESUMEGENERATIONREQUEST']._serialized_start=586
-  _globals['_RESUMEGENERATIONREQUEST']._serialized_end=611
-  _globals['_RESUMEGENERATIONRESPONSE']._serialized_start=613
-  _globals['_RESUMEGENERATIONRESPONSE']._serialized_end=639
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=641
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=686
-  _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=688
-  _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=734
-  _globals['_ADMINSERVICE']._serialized_start=737
-  _globals['_ADMINSERVICE']._serialized_end=1203
+  _globals['_ADMINSERVICE'].methods_by_name['ListClients']._loaded_options = None
+  _globals['_ADMINSERVICE'].methods_by_name['ListClients']._serialized_options = b'\220\002\001'
+  _globals['_GETSTATUSREQUEST']._serialized_start=103
+  _globals['_GETSTATUSREQUEST']._serialized_end=121
+  _globals['_GETSTATUSRESPONSE']._serialized_start=124
+  _globals['_GETSTATUSRESPONSE']._serialized_end=450
+  _globals['_LISTMODELSREQUEST']._serialized_start=452
+  _globals['_LISTMODELSREQUEST']._serialized_end=471
+  _globals['_LISTMODELSRESPONSE']._serialized_start=473
+  _globals['_LISTMODELSRESPONSE']._serialized_end=540
+  _globals['_PAUSEGENERATIONREQUEST']._serialized_start=542
+  _globals['_PAUSEGENERATIONREQUEST']._serialized_end=590
+  _globals['_PAUSEGENERATIONRESPONSE']._serialized_start=592
+  _globals['_PAUSEGENERATIONRESPONSE']._serialized_end=617
+  _globals['_RESUMEGENERATIONREQUEST']._serialized_start=619
+  _globals['_RESUMEGENERATIONREQUEST']._serialized_end=644
+  _globals['_RESUMEGENERATIONRESPONSE']._serialized_start=646
+  _globals['_RESUMEGENERATIONRESPONSE']._serialized_end=672
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=674
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=719
+  _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=721
+  _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=767
+  _globals['_LISTCLIENTSREQUEST']._serialized_start=769
+  _globals['_LISTCLIENTSREQUEST']._serialized_end=789
+  _globals['_LISTCLIENTSRESPONSE']._serialized_start=792
+  _globals['_LISTCLIENTSRESPONSE']._serialized_end=932
+  _globals['_CLIENTINFO']._serialized_start=935
+  _globals['_CLIENTINFO']._serialized_end=1339
+  _globals['_AGENTVERSIONINFO']._serialized_start=1342
+  _globals['_AGENTVERSIONINFO']._serialized_end=1594
+  _globals['_ADMINSERVICE']._serialized_start=1597
+  _globals['_ADMINSERVICE']._serialized_end=2148
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from swarmrl._proto.v1 import types_pb2 as _types_pb2
 import builtins as _builtins
@@ -247,3 +248,158 @@ class SaveCheckpointResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SaveCheckpointResponse: _TypeAlias = SaveCheckpointResponse  # noqa: Y015
+
+@_typing.final
+class ListClientsRequest(_message.Message):
+    """Request of ListClients."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListClientsRequest: _TypeAlias = ListClientsRequest  # noqa: Y015
+
+@_typing.final
+class ListClientsResponse(_message.Message):
+    """Response of ListClients."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENTS_FIELD_NUMBER: _builtins.int
+    AGENT_VERSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def clients(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientInfo]:
+        """Clients with a live lease, by client name."""
+
+    @_builtins.property
+    def agent_versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AgentVersionInfo]:
+        """Every agent version that started an episode, live client or not."""
+
+    def __init__(
+        self,
+        *,
+        clients: _abc.Iterable[Global___ClientInfo] | None = ...,
+        agent_versions: _abc.Iterable[Global___AgentVersionInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_versions", b"agent_versions", "clients", b"clients"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListClientsResponse: _TypeAlias = ListClientsResponse  # noqa: Y015
+
+@_typing.final
+class ClientInfo(_message.Message):
+    """A client attached to the server (one session)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_NAME_FIELD_NUMBER: _builtins.int
+    AGENT_VERSION_FIELD_NUMBER: _builtins.int
+    EPISODE_AGENT_VERSIONS_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    MODELS_FIELD_NUMBER: _builtins.int
+    OPEN_EPISODES_FIELD_NUMBER: _builtins.int
+    ENDED_EPISODES_FIELD_NUMBER: _builtins.int
+    ABORTED_EPISODES_FIELD_NUMBER: _builtins.int
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session id."""
+    client_name: _builtins.str
+    """Name the client gave when it opened the session."""
+    agent_version: _builtins.str
+    """Agent version the client gave when it opened the session."""
+    open_episodes: _builtins.int
+    """The session's episodes open now."""
+    ended_episodes: _builtins.int
+    """The session's episodes ended."""
+    aborted_episodes: _builtins.int
+    """The session's episodes aborted."""
+    @_builtins.property
+    def episode_agent_versions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Agent versions of the session's episodes, sorted."""
+
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Task ids of the session's episodes, sorted (at most 100)."""
+
+    @_builtins.property
+    def models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Models the session's episodes listed, sorted."""
+
+    @_builtins.property
+    def lease_expire_time(self) -> _timestamp_pb2.Timestamp:
+        """When the lease runs out unless renewed."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        client_name: _builtins.str = ...,
+        agent_version: _builtins.str = ...,
+        episode_agent_versions: _abc.Iterable[_builtins.str] | None = ...,
+        tasks: _abc.Iterable[_builtins.str] | None = ...,
+        models: _abc.Iterable[_builtins.str] | None = ...,
+        open_episodes: _builtins.int = ...,
+        ended_episodes: _builtins.int = ...,
+        aborted_episodes: _builtins.int = ...,
+        lease_expire_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expire_time", b"lease_expire_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_episodes", b"aborted_episodes", "agent_version", b"agent_version", "client_name", b"client_name", "ended_episodes", b"ended_episodes", "episode_agent_versions", b"episode_agent_versions", "lease_expire_time", b"lease_expire_time", "models", b"models", "open_episodes", b"open_episodes", "session_id", b"session_id", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientInfo: _TypeAlias = ClientInfo  # noqa: Y015
+
+@_typing.final
+class AgentVersionInfo(_message.Message):
+    """Episode counts of one agent version, over the whole data directory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_VERSION_FIELD_NUMBER: _builtins.int
+    OPEN_EPISODES_FIELD_NUMBER: _builtins.int
+    ENDED_EPISODES_FIELD_NUMBER: _builtins.int
+    ABORTED_EPISODES_FIELD_NUMBER: _builtins.int
+    CONSUMED_EPISODES_FIELD_NUMBER: _builtins.int
+    MEAN_REWARD_FIELD_NUMBER: _builtins.int
+    agent_version: _builtins.str
+    """The agent version (empty when clients gave none)."""
+    open_episodes: _builtins.int
+    """Its episodes open now."""
+    ended_episodes: _builtins.int
+    """Its episodes ended."""
+    aborted_episodes: _builtins.int
+    """Its episodes aborted."""
+    consumed_episodes: _builtins.int
+    """Its ended episodes that some model's trainer has consumed (trained or dropped)."""
+    mean_reward: _builtins.float
+    """Mean episode reward of its ended episodes (0 when none ended)."""
+    def __init__(
+        self,
+        *,
+        agent_version: _builtins.str = ...,
+        open_episodes: _builtins.int = ...,
+        ended_episodes: _builtins.int = ...,
+        aborted_episodes: _builtins.int = ...,
+        consumed_episodes: _builtins.int = ...,
+        mean_reward: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_episodes", b"aborted_episodes", "agent_version", b"agent_version", "consumed_episodes", b"consumed_episodes", "ended_episodes", b"ended_episodes", "mean_reward", b"mean_reward", "open_episodes", b"open_episodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentVersionInfo: _TypeAlias = AgentVersionInfo  # noqa: Y015

@@ -62,6 +62,11 @@ class AdminServiceStub:
                 request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointRequest.SerializeToString,
                 response_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointResponse.FromString,
                 _registered_method=True)
+        self.ListClients = channel.unary_unary(
+                '/swarmrl.v1.AdminService/ListClients',
+                request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.ListClientsRequest.SerializeToString,
+                response_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.ListClientsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -105,6 +110,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListClients(self, request, context):
+        """Lists the clients attached now (sessions with a live lease) with their
+        tasks, models, agent versions and episode counts, and the episode counts
+        of every agent version the server has seen. Needs an admin key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -132,6 +146,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SaveCheckpoint,
                     request_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointRequest.FromString,
                     response_serializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointResponse.SerializeToString,
+            ),
+            'ListClients': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListClients,
+                    request_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.ListClientsRequest.FromString,
+                    response_serializer=swarmrl_dot_v1_dot_admin__service__pb2.ListClientsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -272,6 +291,33 @@ class AdminService:
             '/swarmrl.v1.AdminService/SaveCheckpoint',
             swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointRequest.SerializeToString,
             swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListClients(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/swarmrl.v1.AdminService/ListClients',
+            swarmrl_dot_v1_dot_admin__service__pb2.ListClientsRequest.SerializeToString,
+            swarmrl_dot_v1_dot_admin__service__pb2.ListClientsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -46,6 +46,11 @@ class AdminServiceStub:
     """Resumes generation after PauseGeneration."""
     SaveCheckpoint: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.SaveCheckpointRequest, _admin_service_pb2.SaveCheckpointResponse]
     """Writes a checkpoint of a model now."""
+    ListClients: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListClientsRequest, _admin_service_pb2.ListClientsResponse]
+    """Lists the clients attached now (sessions with a live lease) with their
+    tasks, models, agent versions and episode counts, and the episode counts
+    of every agent version the server has seen. Needs an admin key.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -65,6 +70,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Resumes generation after PauseGeneration."""
     SaveCheckpoint: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.SaveCheckpointRequest, _admin_service_pb2.SaveCheckpointResponse]  # type: ignore[assignment]
     """Writes a checkpoint of a model now."""
+    ListClients: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListClientsRequest, _admin_service_pb2.ListClientsResponse]  # type: ignore[assignment]
+    """Lists the clients attached now (sessions with a live lease) with their
+    tasks, models, agent versions and episode counts, and the episode counts
+    of every agent version the server has seen. Needs an admin key.
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """AdminService reports on and steers the server. When the server has API
@@ -111,5 +121,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.SaveCheckpointResponse, _abc.Awaitable[_admin_service_pb2.SaveCheckpointResponse]]:
         """Writes a checkpoint of a model now."""
+
+    @_abc_1.abstractmethod
+    def ListClients(
+        self,
+        request: _admin_service_pb2.ListClientsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.ListClientsResponse, _abc.Awaitable[_admin_service_pb2.ListClientsResponse]]:
+        """Lists the clients attached now (sessions with a live lease) with their
+        tasks, models, agent versions and episode counts, and the episode counts
+        of every agent version the server has seen. Needs an admin key.
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -434,6 +434,7 @@ class SubmitRewardRequest(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     CALL_ID_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
     episode_id: _builtins.str
     """The episode."""
     value: _builtins.float
@@ -442,6 +443,10 @@ class SubmitRewardRequest(_message.Message):
     """Empty for the episode's reward, or the call the reward is for."""
     request_id: _builtins.str
     """Client-made idempotency key."""
+    model: _builtins.str
+    """A model of the episode this reward is for (its trainer uses it instead
+    of the episode's reward); empty for the episode's reward. Not with call_id.
+    """
     def __init__(
         self,
         *,
@@ -449,10 +454,11 @@ class SubmitRewardRequest(_message.Message):
         value: _builtins.float = ...,
         call_id: _builtins.str = ...,
         request_id: _builtins.str = ...,
+        model: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "episode_id", b"episode_id", "request_id", b"request_id", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "episode_id", b"episode_id", "model", b"model", "request_id", b"request_id", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -464,17 +470,43 @@ class SubmitRewardResponse(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ModelRewardsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     EPISODE_REWARD_FIELD_NUMBER: _builtins.int
+    MODEL_REWARDS_FIELD_NUMBER: _builtins.int
     episode_reward: _builtins.float
     """The episode's reward after this call, if it has one."""
+    @_builtins.property
+    def model_rewards(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """The per-model rewards after this call, by model name."""
+
     def __init__(
         self,
         *,
         episode_reward: _builtins.float | None = ...,
+        model_rewards: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_episode_reward", b"_episode_reward", "episode_reward", b"episode_reward"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_episode_reward", b"_episode_reward", "episode_reward", b"episode_reward"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_episode_reward", b"_episode_reward", "episode_reward", b"episode_reward", "model_rewards", b"model_rewards"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__episode_reward: _TypeAlias = _typing.Literal["episode_reward"]  # noqa: Y015
     _WhichOneofArgType__episode_reward: _TypeAlias = _typing.Literal["_episode_reward", b"_episode_reward"]  # noqa: Y015
@@ -488,25 +520,54 @@ class EndEpisodeRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ModelRewardsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     EPISODE_ID_FIELD_NUMBER: _builtins.int
     REWARD_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    MODEL_REWARDS_FIELD_NUMBER: _builtins.int
     episode_id: _builtins.str
     """The episode."""
     reward: _builtins.float
     """The final reward; optional if SubmitReward already set one."""
     request_id: _builtins.str
     """Client-made idempotency key: replaying the call that ended the episode returns its answer."""
+    @_builtins.property
+    def model_rewards(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Rewards for single models of the episode, by model name; each replaces an
+        earlier one for its model. A model without one is trained on the episode's
+        reward, which is therefore still required.
+        """
+
     def __init__(
         self,
         *,
         episode_id: _builtins.str = ...,
         reward: _builtins.float | None = ...,
         request_id: _builtins.str = ...,
+        model_rewards: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_reward", b"_reward", "reward", b"reward"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_reward", b"_reward", "episode_id", b"episode_id", "request_id", b"request_id", "reward", b"reward"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_reward", b"_reward", "episode_id", b"episode_id", "model_rewards", b"model_rewards", "request_id", b"request_id", "reward", b"reward"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__reward: _TypeAlias = _typing.Literal["reward"]  # noqa: Y015
     _WhichOneofArgType__reward: _TypeAlias = _typing.Literal["_reward", b"_reward"]  # noqa: Y015
@@ -668,6 +729,26 @@ class Episode(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class ModelRewardsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     EPISODE_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     TASK_ID_FIELD_NUMBER: _builtins.int
@@ -681,6 +762,7 @@ class Episode(_message.Message):
     END_TIME_FIELD_NUMBER: _builtins.int
     ABORT_REASON_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    MODEL_REWARDS_FIELD_NUMBER: _builtins.int
     episode_id: _builtins.str
     """Identifier."""
     state: _types_pb2.EpisodeState.ValueType
@@ -717,6 +799,12 @@ class Episode(_message.Message):
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Labels given at start."""
 
+    @_builtins.property
+    def model_rewards(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Rewards given to single models, by model name; the others get the
+        episode's reward.
+        """
+
     def __init__(
         self,
         *,
@@ -733,10 +821,11 @@ class Episode(_message.Message):
         end_time: _timestamp_pb2.Timestamp | None = ...,
         abort_reason: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        model_rewards: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_reward", b"_reward", "end_time", b"end_time", "reward", b"reward", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_reward", b"_reward", "abort_reason", b"abort_reason", "agent_version", b"agent_version", "calls", b"calls", "end_time", b"end_time", "episode_id", b"episode_id", "group_id", b"group_id", "labels", b"labels", "models", b"models", "num_calls", b"num_calls", "reward", b"reward", "start_time", b"start_time", "state", b"state", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_reward", b"_reward", "abort_reason", b"abort_reason", "agent_version", b"agent_version", "calls", b"calls", "end_time", b"end_time", "episode_id", b"episode_id", "group_id", b"group_id", "labels", b"labels", "model_rewards", b"model_rewards", "models", b"models", "num_calls", b"num_calls", "reward", b"reward", "start_time", b"start_time", "state", b"state", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__reward: _TypeAlias = _typing.Literal["reward"]  # noqa: Y015
     _WhichOneofArgType__reward: _TypeAlias = _typing.Literal["_reward", b"_reward"]  # noqa: Y015

@@ -99,17 +99,18 @@ class EpisodeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SubmitReward(self, request, context):
-        """Records a reward for the episode, or for one of its calls.
-        INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-        the episode is not open.
+        """Records a reward for the episode, for one of its models, or for one of
+        its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+        episode does not list, FAILED_PRECONDITION when the episode is not open.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def EndEpisode(self, request, context):
-        """Ends an episode. Once this returns, the episode is durable and eligible
-        for training. FAILED_PRECONDITION when it was already ended or aborted
+        """Ends an episode. Once this returns, the episode is durable and queued for
+        training by every model it lists, in one store transaction: a server
+        killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
         (unless the request_id repeats the call that ended it) or has no reward.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

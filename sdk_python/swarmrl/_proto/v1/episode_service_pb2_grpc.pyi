@@ -50,13 +50,14 @@ class EpisodeServiceStub:
     UNAVAILABLE with a retry delay while generation is paused.
     """
     SubmitReward: _grpc.UnaryUnaryMultiCallable[_episode_service_pb2.SubmitRewardRequest, _episode_service_pb2.SubmitRewardResponse]
-    """Records a reward for the episode, or for one of its calls.
-    INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-    the episode is not open.
+    """Records a reward for the episode, for one of its models, or for one of
+    its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+    episode does not list, FAILED_PRECONDITION when the episode is not open.
     """
     EndEpisode: _grpc.UnaryUnaryMultiCallable[_episode_service_pb2.EndEpisodeRequest, _episode_service_pb2.EndEpisodeResponse]
-    """Ends an episode. Once this returns, the episode is durable and eligible
-    for training. FAILED_PRECONDITION when it was already ended or aborted
+    """Ends an episode. Once this returns, the episode is durable and queued for
+    training by every model it lists, in one store transaction: a server
+    killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
     (unless the request_id repeats the call that ended it) or has no reward.
     """
     AbortEpisode: _grpc.UnaryUnaryMultiCallable[_episode_service_pb2.AbortEpisodeRequest, _episode_service_pb2.AbortEpisodeResponse]
@@ -86,13 +87,14 @@ class EpisodeServiceAsyncStub(EpisodeServiceStub):
     UNAVAILABLE with a retry delay while generation is paused.
     """
     SubmitReward: _aio.UnaryUnaryMultiCallable[_episode_service_pb2.SubmitRewardRequest, _episode_service_pb2.SubmitRewardResponse]  # type: ignore[assignment]
-    """Records a reward for the episode, or for one of its calls.
-    INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-    the episode is not open.
+    """Records a reward for the episode, for one of its models, or for one of
+    its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+    episode does not list, FAILED_PRECONDITION when the episode is not open.
     """
     EndEpisode: _aio.UnaryUnaryMultiCallable[_episode_service_pb2.EndEpisodeRequest, _episode_service_pb2.EndEpisodeResponse]  # type: ignore[assignment]
-    """Ends an episode. Once this returns, the episode is durable and eligible
-    for training. FAILED_PRECONDITION when it was already ended or aborted
+    """Ends an episode. Once this returns, the episode is durable and queued for
+    training by every model it lists, in one store transaction: a server
+    killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
     (unless the request_id repeats the call that ended it) or has no reward.
     """
     AbortEpisode: _aio.UnaryUnaryMultiCallable[_episode_service_pb2.AbortEpisodeRequest, _episode_service_pb2.AbortEpisodeResponse]  # type: ignore[assignment]
@@ -137,9 +139,9 @@ class EpisodeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _episode_service_pb2.SubmitRewardRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_episode_service_pb2.SubmitRewardResponse, _abc.Awaitable[_episode_service_pb2.SubmitRewardResponse]]:
-        """Records a reward for the episode, or for one of its calls.
-        INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-        the episode is not open.
+        """Records a reward for the episode, for one of its models, or for one of
+        its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+        episode does not list, FAILED_PRECONDITION when the episode is not open.
         """
 
     @_abc_1.abstractmethod
@@ -148,8 +150,9 @@ class EpisodeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _episode_service_pb2.EndEpisodeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_episode_service_pb2.EndEpisodeResponse, _abc.Awaitable[_episode_service_pb2.EndEpisodeResponse]]:
-        """Ends an episode. Once this returns, the episode is durable and eligible
-        for training. FAILED_PRECONDITION when it was already ended or aborted
+        """Ends an episode. Once this returns, the episode is durable and queued for
+        training by every model it lists, in one store transaction: a server
+        killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
         (unless the request_id repeats the call that ended it) or has no reward.
         """
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n swarmrl/v1/session_service.proto\x12\nswarmrl.v1\x1a\x1egoogle/protobuf/duration.proto\"\x85\x01\n\x12OpenSessionRequest\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n\x0b\x63lient_name\x18\x02 \x01(\tR\nclientName\x12/\n\x05lease\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationR\x05lease\"\x8e\x01\n\x13OpenSessionResponse\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\x12/\n\x05lease\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x05lease\x12\'\n\x0fserver_instance\x18\x03 \x01(\tR\x0eserverInstance\"1\n\x10HeartbeatRequest\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\"i\n\x11HeartbeatResponse\x12/\n\x05lease\x18\x01 \x01(\x0b\x32\x19.google.protobuf.DurationR\x05lease\x12#\n\ropen_episodes\x18\x02 \x01(\x05R\x0copenEpisodes\"4\n\x13\x43loseSessionRequest\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\"A\n\x14\x43loseSessionResponse\x12)\n\x10\x61\x62orted_episodes\x18\x01 \x01(\x05R\x0f\x61\x62ortedEpisodes\"I\n\x12\x44\x65\x63lareDoneRequest\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n\x05model\x18\x02 \x01(\tR\x05model\"\x15\n\x13\x44\x65\x63lareDoneResponse\";\n\x12WatchEventsRequest\x12%\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x04R\rafterSequence\"\xaa\x02\n\x13WatchEventsResponse\x12\x1a\n\x08sequence\x18\x01 \x01(\x04R\x08sequence\x12X\n\x16policy_version_changed\x18\x02 \x01(\x0b\x32 .swarmrl.v1.PolicyVersionChangedH\x00R\x14policyVersionChanged\x12/\n\x07pausing\x18\x03 \x01(\x0b\x32\x13.swarmrl.v1.PausingH\x00R\x07pausing\x12/\n\x07resumed\x18\x04 \x01(\x0b\x32\x13.swarmrl.v1.ResumedH\x00R\x07resumed\x12\x32\n\x08\x64raining\x18\x05 \x01(\x0b\x32\x14.swarmrl.v1.DrainingH\x00R\x08\x64rainingB\x07\n\x05\x65vent\"S\n\x14PolicyVersionChanged\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12%\n\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\"!\n\x07Pausing\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\"!\n\x07Resumed\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\";\n\x08\x44raining\x12/\n\x05grace\x18\x01 \x01(\x0b\x32\x19.google.protobuf.DurationR\x05grace2\xb8\x03\n\x0eSessionService\x12S\n\x0bOpenSession\x12\x1e.swarmrl.v1.OpenSessionRequest\x1a\x1f.swarmrl.v1.OpenSessionResponse\"\x03\x90\x02\x02\x12M\n\tHeartbeat\x12\x1c.swarmrl.v1.HeartbeatRequest\x1a\x1d.swarmrl.v1.HeartbeatResponse\"\x03\x90\x02\x02\x12V\n\x0c\x43loseSession\x12\x1f.swarmrl.v1.CloseSessionRequest\x1a .swarmrl.v1.CloseSessionResponse\"\x03\x90\x02\x02\x12S\n\x0b\x44\x65\x63lareDone\x12\x1e.swarmrl.v1.DeclareDoneRequest\x1a\x1f.swarmrl.v1.DeclareDoneResponse\"\x03\x90\x02\x02\x12U\n\x0bWatchEvents\x12\x1e.swarmrl.v1.WatchEventsRequest\x1a\x1f.swarmrl.v1.WatchEventsResponse\"\x03\x90\x02\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n swarmrl/v1/session_service.proto\x12\nswarmrl.v1\x1a\x1egoogle/protobuf/duration.proto\"\xaa\x01\n\x12OpenSessionRequest\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n\x0b\x63lient_name\x18\x02 \x01(\tR\nclientName\x12/\n\x05lease\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationR\x05lease\x12#\n\ragent_version\x18\x04 \x01(\tR\x0c\x61gentVersion\"\x8e\x01\n\x13OpenSessionResponse\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\x12/\n\x05lease\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x05lease\x12\'\n\x0fserver_instance\x18\x03 \x01(\tR\x0eserverInstance\"1\n\x10HeartbeatRequest\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\"i\n\x11HeartbeatResponse\x12/\n\x05lease\x18\x01 \x01(\x0b\x32\x19.google.protobuf.DurationR\x05lease\x12#\n\ropen_episodes\x18\x02 \x01(\x05R\x0copenEpisodes\"4\n\x13\x43loseSessionRequest\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\"A\n\x14\x43loseSessionResponse\x12)\n\x10\x61\x62orted_episodes\x18\x01 \x01(\x05R\x0f\x61\x62ortedEpisodes\"I\n\x12\x44\x65\x63lareDoneRequest\x12\x1d\n\nsession_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n\x05model\x18\x02 \x01(\tR\x05model\"\x15\n\x13\x44\x65\x63lareDoneResponse\";\n\x12WatchEventsRequest\x12%\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x04R\rafterSequence\"\xaa\x02\n\x13WatchEventsResponse\x12\x1a\n\x08sequence\x18\x01 \x01(\x04R\x08sequence\x12X\n\x16policy_version_changed\x18\x02 \x01(\x0b\x32 .swarmrl.v1.PolicyVersionChangedH\x00R\x14policyVersionChanged\x12/\n\x07pausing\x18\x03 \x01(\x0b\x32\x13.swarmrl.v1.PausingH\x00R\x07pausing\x12/\n\x07resumed\x18\x04 \x01(\x0b\x32\x13.swarmrl.v1.ResumedH\x00R\x07resumed\x12\x32\n\x08\x64raining\x18\x05 \x01(\x0b\x32\x14.swarmrl.v1.DrainingH\x00R\x08\x64rainingB\x07\n\x05\x65vent\"S\n\x14PolicyVersionChanged\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12%\n\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\"!\n\x07Pausing\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\"!\n\x07Resumed\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\";\n\x08\x44raining\x12/\n\x05grace\x18\x01 \x01(\x0b\x32\x19.google.protobuf.DurationR\x05grace2\xb8\x03\n\x0eSessionService\x12S\n\x0bOpenSession\x12\x1e.swarmrl.v1.OpenSessionRequest\x1a\x1f.swarmrl.v1.OpenSessionResponse\"\x03\x90\x02\x02\x12M\n\tHeartbeat\x12\x1c.swarmrl.v1.HeartbeatRequest\x1a\x1d.swarmrl.v1.HeartbeatResponse\"\x03\x90\x02\x02\x12V\n\x0c\x43loseSession\x12\x1f.swarmrl.v1.CloseSessionRequest\x1a .swarmrl.v1.CloseSessionResponse\"\x03\x90\x02\x02\x12S\n\x0b\x44\x65\x63lareDone\x12\x1e.swarmrl.v1.DeclareDoneRequest\x1a\x1f.swarmrl.v1.DeclareDoneResponse\"\x03\x90\x02\x02\x12U\n\x0bWatchEvents\x12\x1e.swarmrl.v1.WatchEventsRequest\x1a\x1f.swarmrl.v1.WatchEventsResponse\"\x03\x90\x02\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,33 +43,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSIONSERVICE'].methods_by_name['WatchEvents']._loaded_options = None
   _globals['_SESSIONSERVICE'].methods_by_name['WatchEvents']._serialized_options = b'\220\002\001'
   _globals['_OPENSESSIONREQUEST']._serialized_start=81
-  _globals['_OPENSESSIONREQUEST']._serialized_end=214
-  _globals['_OPENSESSIONRESPONSE']._serialized_start=217
-  _globals['_OPENSESSIONRESPONSE']._serialized_end=359
-  _globals['_HEARTBEATREQUEST']._serialized_start=361
-  _globals['_HEARTBEATREQUEST']._serialized_end=410
-  _globals['_HEARTBEATRESPONSE']._serialized_start=412
-  _globals['_HEARTBEATRESPONSE']._serialized_end=517
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=519
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=571
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=573
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=638
-  _globals['_DECLAREDONEREQUEST']._serialized_start=640
-  _globals['_DECLAREDONEREQUEST']._serialized_end=713
-  _globals['_DECLAREDONERESPONSE']._serialized_start=715
-  _globals['_DECLAREDONERESPONSE']._serialized_end=736
-  _globals['_WATCHEVENTSREQUEST']._serialized_start=738
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=797
-  _globals['_WATCHEVENTSRESPONSE']._serialized_start=800
-  _globals['_WATCHEVENTSRESPONSE']._serialized_end=1098
-  _globals['_POLICYVERSIONCHANGED']._serialized_start=1100
-  _globals['_POLICYVERSIONCHANGED']._serialized_end=1183
-  _globals['_PAUSING']._serialized_start=1185
-  _globals['_PAUSING']._serialized_end=1218
-  _globals['_RESUMED']._serialized_start=1220
-  _globals['_RESUMED']._serialized_end=1253
-  _globals['_DRAINING']._serialized_start=1255
-  _globals['_DRAINING']._serialized_end=1314
-  _globals['_SESSIONSERVICE']._serialized_start=1317
-  _globals['_SESSIONSERVICE']._serialized_end=1757
+  _globals['_OPENSESSIONREQUEST']._serialized_end=251
+  _globals['_OPENSESSIONRESPONSE']._serialized_start=254
+  _globals['_OPENSESSIONRESPONSE']._serialized_end=396
+  _globals['_HEARTBEATREQUEST']._serialized_start=398
+  _globals['_HEARTBEATREQUEST']._serialized_end=447
+  _globals['_HEARTBEATRESPONSE']._serialized_start=449
+  _globals['_HEARTBEATRESPONSE']._serialized_end=554
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=556
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=608
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=610
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=675
+  _globals['_DECLAREDONEREQUEST']._serialized_start=677
+  _globals['_DECLAREDONEREQUEST']._serialized_end=750
+  _globals['_DECLAREDONERESPONSE']._serialized_start=752
+  _globals['_DECLAREDONERESPONSE']._serialized_end=773
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=775
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=834
+  _globals['_WATCHEVENTSRESPONSE']._serialized_start=837
+  _globals['_WATCHEVENTSRESPONSE']._serialized_end=1135
+  _globals['_POLICYVERSIONCHANGED']._serialized_start=1137
+  _globals['_POLICYVERSIONCHANGED']._serialized_end=1220
+  _globals['_PAUSING']._serialized_start=1222
+  _globals['_PAUSING']._serialized_end=1255
+  _globals['_RESUMED']._serialized_start=1257
+  _globals['_RESUMED']._serialized_end=1290
+  _globals['_DRAINING']._serialized_start=1292
+  _globals['_DRAINING']._serialized_end=1351
+  _globals['_SESSIONSERVICE']._serialized_start=1354
+  _globals['_SESSIONSERVICE']._serialized_end=1794
 # @@protoc_insertion_point(module_scope)

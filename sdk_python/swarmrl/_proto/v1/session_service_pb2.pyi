@@ -26,10 +26,15 @@ class OpenSessionRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     CLIENT_NAME_FIELD_NUMBER: _builtins.int
     LEASE_FIELD_NUMBER: _builtins.int
+    AGENT_VERSION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Client-made session id (a UUID is a good choice)."""
     client_name: _builtins.str
     """Free-form name of the client, shown in status and logs."""
+    agent_version: _builtins.str
+    """Version of the client's agent code: the agent version of the session's
+    episodes that do not give their own.
+    """
     @_builtins.property
     def lease(self) -> _duration_pb2.Duration:
         """Requested lease length; the server clamps it to its limits. Default 30 s."""
@@ -40,10 +45,11 @@ class OpenSessionRequest(_message.Message):
         session_id: _builtins.str = ...,
         client_name: _builtins.str = ...,
         lease: _duration_pb2.Duration | None = ...,
+        agent_version: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_name", b"client_name", "lease", b"lease", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "client_name", b"client_name", "lease", b"lease", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -27,6 +27,10 @@ type AdminServiceClient interface {
 	ResumeGeneration(ctx context.Context, in *ResumeGenerationRequest, opts ...grpc.CallOption) (*ResumeGenerationResponse, error)
 	// Writes a checkpoint of a model now.
 	SaveCheckpoint(ctx context.Context, in *SaveCheckpointRequest, opts ...grpc.CallOption) (*SaveCheckpointResponse, error)
+	// Lists the clients attached now (sessions with a live lease) with their
+	// tasks, models, agent versions and episode counts, and the episode counts
+	// of every agent version the server has seen. Needs an admin key.
+	ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -82,6 +86,15 @@ func (c *adminServiceClient) SaveCheckpoint(ctx context.Context, in *SaveCheckpo
 	return out, nil
 }
 
+func (c *adminServiceClient) ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error) {
+	out := new(ListClientsResponse)
+	err := c.cc.Invoke(ctx, "/swarmrl.v1.AdminService/ListClients", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility
@@ -96,6 +109,10 @@ type AdminServiceServer interface {
 	ResumeGeneration(context.Context, *ResumeGenerationRequest) (*ResumeGenerationResponse, error)
 	// Writes a checkpoint of a model now.
 	SaveCheckpoint(context.Context, *SaveCheckpointRequest) (*SaveCheckpointResponse, error)
+	// Lists the clients attached now (sessions with a live lease) with their
+	// tasks, models, agent versions and episode counts, and the episode counts
+	// of every agent version the server has seen. Needs an admin key.
+	ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -117,6 +134,9 @@ func (UnimplementedAdminServiceServer) ResumeGeneration(context.Context, *Resume
 }
 func (UnimplementedAdminServiceServer) SaveCheckpoint(context.Context, *SaveCheckpointRequest) (*SaveCheckpointResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SaveCheckpoint not implemented")
+}
+func (UnimplementedAdminServiceServer) ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListClients not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 
@@ -221,6 +241,24 @@ func _AdminService_SaveCheckpoint_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListClients_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListClientsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListClients(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/swarmrl.v1.AdminService/ListClients",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListClients(ctx, req.(*ListClientsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _AdminService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "swarmrl.v1.AdminService",
 	HandlerType: (*AdminServiceServer)(nil),
@@ -244,6 +282,10 @@ var _AdminService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SaveCheckpoint",
 			Handler:    _AdminService_SaveCheckpoint_Handler,
+		},
+		{
+			MethodName: "ListClients",
+			Handler:    _AdminService_ListClients_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

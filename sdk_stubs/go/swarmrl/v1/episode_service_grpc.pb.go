@@ -26,12 +26,13 @@ type EpisodeServiceClient interface {
 	// open, INVALID_ARGUMENT (naming the field) for bad input,
 	// UNAVAILABLE with a retry delay while generation is paused.
 	Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (EpisodeService_GenerateClient, error)
-	// Records a reward for the episode, or for one of its calls.
-	// INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-	// the episode is not open.
+	// Records a reward for the episode, for one of its models, or for one of
+	// its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+	// episode does not list, FAILED_PRECONDITION when the episode is not open.
 	SubmitReward(ctx context.Context, in *SubmitRewardRequest, opts ...grpc.CallOption) (*SubmitRewardResponse, error)
-	// Ends an episode. Once this returns, the episode is durable and eligible
-	// for training. FAILED_PRECONDITION when it was already ended or aborted
+	// Ends an episode. Once this returns, the episode is durable and queued for
+	// training by every model it lists, in one store transaction: a server
+	// killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
 	// (unless the request_id repeats the call that ended it) or has no reward.
 	EndEpisode(ctx context.Context, in *EndEpisodeRequest, opts ...grpc.CallOption) (*EndEpisodeResponse, error)
 	// Aborts an episode: its calls are kept for inspection but never trained.
@@ -138,12 +139,13 @@ type EpisodeServiceServer interface {
 	// open, INVALID_ARGUMENT (naming the field) for bad input,
 	// UNAVAILABLE with a retry delay while generation is paused.
 	Generate(*GenerateRequest, EpisodeService_GenerateServer) error
-	// Records a reward for the episode, or for one of its calls.
-	// INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-	// the episode is not open.
+	// Records a reward for the episode, for one of its models, or for one of
+	// its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+	// episode does not list, FAILED_PRECONDITION when the episode is not open.
 	SubmitReward(context.Context, *SubmitRewardRequest) (*SubmitRewardResponse, error)
-	// Ends an episode. Once this returns, the episode is durable and eligible
-	// for training. FAILED_PRECONDITION when it was already ended or aborted
+	// Ends an episode. Once this returns, the episode is durable and queued for
+	// training by every model it lists, in one store transaction: a server
+	// killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
 	// (unless the request_id repeats the call that ended it) or has no reward.
 	EndEpisode(context.Context, *EndEpisodeRequest) (*EndEpisodeResponse, error)
 	// Aborts an episode: its calls are kept for inspection but never trained.

@@ -18,6 +18,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { Timestamp } from "../../google/protobuf/timestamp";
 import { ModelInfo } from "./types";
 
 /** Request of GetStatus. */
@@ -82,6 +83,58 @@ export interface SaveCheckpointRequest {
 export interface SaveCheckpointResponse {
   /** Directories written. */
   paths: string[];
+}
+
+/** Request of ListClients. */
+export interface ListClientsRequest {
+}
+
+/** Response of ListClients. */
+export interface ListClientsResponse {
+  /** Clients with a live lease, by client name. */
+  clients: ClientInfo[];
+  /** Every agent version that started an episode, live client or not. */
+  agentVersions: AgentVersionInfo[];
+}
+
+/** A client attached to the server (one session). */
+export interface ClientInfo {
+  /** The session id. */
+  sessionId: string;
+  /** Name the client gave when it opened the session. */
+  clientName: string;
+  /** Agent version the client gave when it opened the session. */
+  agentVersion: string;
+  /** Agent versions of the session's episodes, sorted. */
+  episodeAgentVersions: string[];
+  /** Task ids of the session's episodes, sorted (at most 100). */
+  tasks: string[];
+  /** Models the session's episodes listed, sorted. */
+  models: string[];
+  /** The session's episodes open now. */
+  openEpisodes: number;
+  /** The session's episodes ended. */
+  endedEpisodes: number;
+  /** The session's episodes aborted. */
+  abortedEpisodes: number;
+  /** When the lease runs out unless renewed. */
+  leaseExpireTime: Date | undefined;
+}
+
+/** Episode counts of one agent version, over the whole data directory. */
+export interface AgentVersionInfo {
+  /** The agent version (empty when clients gave none). */
+  agentVersion: string;
+  /** Its episodes open now. */
+  openEpisodes: number;
+  /** Its episodes ended. */
+  endedEpisodes: number;
+  /** Its episodes aborted. */
+  abortedEpisodes: number;
+  /** Its ended episodes that some model's trainer has consumed (trained or dropped). */
+  consumedEpisodes: number;
+  /** Mean episode reward of its ended episodes (0 when none ended). */
+  meanReward: number;
 }
 
 function createBaseGetStatusRequest(): GetStatusRequest {
@@ -826,6 +879,585 @@ export const SaveCheckpointResponse: MessageFns<SaveCheckpointResponse> = {
   },
 };
 
+function createBaseListClientsRequest(): ListClientsRequest {
+  return {};
+}
+
+export const ListClientsRequest: MessageFns<ListClientsRequest> = {
+  encode(_: ListClientsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListClientsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListClientsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListClientsRequest {
+    return {};
+  },
+
+  toJSON(_: ListClientsRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListClientsRequest>, I>>(base?: I): ListClientsRequest {
+    return ListClientsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListClientsRequest>, I>>(_: I): ListClientsRequest {
+    const message = createBaseListClientsRequest();
+    return message;
+  },
+};
+
+function createBaseListClientsResponse(): ListClientsResponse {
+  return { clients: [], agentVersions: [] };
+}
+
+export const ListClientsResponse: MessageFns<ListClientsResponse> = {
+  encode(message: ListClientsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.clients) {
+      ClientInfo.encode(v!, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.agentVersions) {
+      AgentVersionInfo.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListClientsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListClientsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.clients.push(ClientInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.agentVersions.push(AgentVersionInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListClientsResponse {
+    return {
+      clients: globalThis.Array.isArray(object?.clients) ? object.clients.map((e: any) => ClientInfo.fromJSON(e)) : [],
+      agentVersions: globalThis.Array.isArray(object?.agentVersions)
+        ? object.agentVersions.map((e: any) => AgentVersionInfo.fromJSON(e))
+        : globalThis.Array.isArray(object?.agent_versions)
+        ? object.agent_versions.map((e: any) => AgentVersionInfo.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListClientsResponse): unknown {
+    const obj: any = {};
+    if (message.clients?.length) {
+      obj.clients = message.clients.map((e) => ClientInfo.toJSON(e));
+    }
+    if (message.agentVersions?.length) {
+      obj.agentVersions = message.agentVersions.map((e) => AgentVersionInfo.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListClientsResponse>, I>>(base?: I): ListClientsResponse {
+    return ListClientsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListClientsResponse>, I>>(object: I): ListClientsResponse {
+    const message = createBaseListClientsResponse();
+    message.clients = object.clients?.map((e) => ClientInfo.fromPartial(e)) || [];
+    message.agentVersions = object.agentVersions?.map((e) => AgentVersionInfo.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseClientInfo(): ClientInfo {
+  return {
+    sessionId: "",
+    clientName: "",
+    agentVersion: "",
+    episodeAgentVersions: [],
+    tasks: [],
+    models: [],
+    openEpisodes: 0,
+    endedEpisodes: 0,
+    abortedEpisodes: 0,
+    leaseExpireTime: undefined,
+  };
+}
+
+export const ClientInfo: MessageFns<ClientInfo> = {
+  encode(message: ClientInfo, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.clientName !== "") {
+      writer.uint32(18).string(message.clientName);
+    }
+    if (message.agentVersion !== "") {
+      writer.uint32(26).string(message.agentVersion);
+    }
+    for (const v of message.episodeAgentVersions) {
+      writer.uint32(34).string(v!);
+    }
+    for (const v of message.tasks) {
+      writer.uint32(42).string(v!);
+    }
+    for (const v of message.models) {
+      writer.uint32(50).string(v!);
+    }
+    if (message.openEpisodes !== 0) {
+      writer.uint32(56).int32(message.openEpisodes);
+    }
+    if (message.endedEpisodes !== 0) {
+      writer.uint32(64).int64(message.endedEpisodes);
+    }
+    if (message.abortedEpisodes !== 0) {
+      writer.uint32(72).int64(message.abortedEpisodes);
+    }
+    if (message.leaseExpireTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.leaseExpireTime), writer.uint32(82).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ClientInfo {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseClientInfo();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.clientName = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.agentVersion = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.episodeAgentVersions.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.tasks.push(reader.string());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.models.push(reader.string());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.openEpisodes = reader.int32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.endedEpisodes = longToNumber(reader.int64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.abortedEpisodes = longToNumber(reader.int64());
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.leaseExpireTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ClientInfo {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      clientName: isSet(object.clientName)
+        ? globalThis.String(object.clientName)
+        : isSet(object.client_name)
+        ? globalThis.String(object.client_name)
+        : "",
+      agentVersion: isSet(object.agentVersion)
+        ? globalThis.String(object.agentVersion)
+        : isSet(object.agent_version)
+        ? globalThis.String(object.agent_version)
+        : "",
+      episodeAgentVersions: globalThis.Array.isArray(object?.episodeAgentVersions)
+        ? object.episodeAgentVersions.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.episode_agent_versions)
+        ? object.episode_agent_versions.map((e: any) => globalThis.String(e))
+        : [],
+      tasks: globalThis.Array.isArray(object?.tasks)
+        ? object.tasks.map((e: any) => globalThis.String(e))
+        : [],
+      models: globalThis.Array.isArray(object?.models) ? object.models.map((e: any) => globalThis.String(e)) : [],
+      openEpisodes: isSet(object.openEpisodes)
+        ? globalThis.Number(object.openEpisodes)
+        : isSet(object.open_episodes)
+        ? globalThis.Number(object.open_episodes)
+        : 0,
+      endedEpisodes: isSet(object.endedEpisodes)
+        ? globalThis.Number(object.endedEpisodes)
+        : isSet(object.ended_episodes)
+        ? globalThis.Number(object.ended_episodes)
+        : 0,
+      abortedEpisodes: isSet(object.abortedEpisodes)
+        ? globalThis.Number(object.abortedEpisodes)
+        : isSet(object.aborted_episodes)
+        ? globalThis.Number(object.aborted_episodes)
+        : 0,
+      leaseExpireTime: isSet(object.leaseExpireTime)
+        ? fromJsonTimestamp(object.leaseExpireTime)
+        : isSet(object.lease_expire_time)
+        ? fromJsonTimestamp(object.lease_expire_time)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ClientInfo): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.clientName !== "") {
+      obj.clientName = message.clientName;
+    }
+    if (message.agentVersion !== "") {
+      obj.agentVersion = message.agentVersion;
+    }
+    if (message.episodeAgentVersions?.length) {
+      obj.episodeAgentVersions = message.episodeAgentVersions;
+    }
+    if (message.tasks?.length) {
+      obj.tasks = message.tasks;
+    }
+    if (message.models?.length) {
+      obj.models = message.models;
+    }
+    if (message.openEpisodes !== 0) {
+      obj.openEpisodes = Math.round(message.openEpisodes);
+    }
+    if (message.endedEpisodes !== 0) {
+      obj.endedEpisodes = Math.round(message.endedEpisodes);
+    }
+    if (message.abortedEpisodes !== 0) {
+      obj.abortedEpisodes = Math.round(message.abortedEpisodes);
+    }
+    if (message.leaseExpireTime !== undefined) {
+      obj.leaseExpireTime = message.leaseExpireTime.toISOString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ClientInfo>, I>>(base?: I): ClientInfo {
+    return ClientInfo.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ClientInfo>, I>>(object: I): ClientInfo {
+    const message = createBaseClientInfo();
+    message.sessionId = object.sessionId ?? "";
+    message.clientName = object.clientName ?? "";
+    message.agentVersion = object.agentVersion ?? "";
+    message.episodeAgentVersions = object.episodeAgentVersions?.map((e) => e) || [];
+    message.tasks = object.tasks?.map((e) => e) || [];
+    message.models = object.models?.map((e) => e) || [];
+    message.openEpisodes = object.openEpisodes ?? 0;
+    message.endedEpisodes = object.endedEpisodes ?? 0;
+    message.abortedEpisodes = object.abortedEpisodes ?? 0;
+    message.leaseExpireTime = object.leaseExpireTime ?? undefined;
+    return message;
+  },
+};
+
+function createBaseAgentVersionInfo(): AgentVersionInfo {
+  return {
+    agentVersion: "",
+    openEpisodes: 0,
+    endedEpisodes: 0,
+    abortedEpisodes: 0,
+    consumedEpisodes: 0,
+    meanReward: 0,
+  };
+}
+
+export const AgentVersionInfo: MessageFns<AgentVersionInfo> = {
+  encode(message: AgentVersionInfo, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.agentVersion !== "") {
+      writer.uint32(10).string(message.agentVersion);
+    }
+    if (message.openEpisodes !== 0) {
+      writer.uint32(16).int32(message.openEpisodes);
+    }
+    if (message.endedEpisodes !== 0) {
+      writer.uint32(24).int64(message.endedEpisodes);
+    }
+    if (message.abortedEpisodes !== 0) {
+      writer.uint32(32).int64(message.abortedEpisodes);
+    }
+    if (message.consumedEpisodes !== 0) {
+      writer.uint32(40).int64(message.consumedEpisodes);
+    }
+    if (message.meanReward !== 0) {
+      writer.uint32(49).double(message.meanReward);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AgentVersionInfo {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAgentVersionInfo();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.agentVersion = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.openEpisodes = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.endedEpisodes = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.abortedEpisodes = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.consumedEpisodes = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 49) {
+              break;
+            }
+
+            message.meanReward = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AgentVersionInfo {
+    return {
+      agentVersion: isSet(object.agentVersion)
+        ? globalThis.String(object.agentVersion)
+        : isSet(object.agent_version)
+        ? globalThis.String(object.agent_version)
+        : "",
+      openEpisodes: isSet(object.openEpisodes)
+        ? globalThis.Number(object.openEpisodes)
+        : isSet(object.open_episodes)
+        ? globalThis.Number(object.open_episodes)
+        : 0,
+      endedEpisodes: isSet(object.endedEpisodes)
+        ? globalThis.Number(object.endedEpisodes)
+        : isSet(object.ended_episodes)
+        ? globalThis.Number(object.ended_episodes)
+        : 0,
+      abortedEpisodes: isSet(object.abortedEpisodes)
+        ? globalThis.Number(object.abortedEpisodes)
+        : isSet(object.aborted_episodes)
+        ? globalThis.Number(object.aborted_episodes)
+        : 0,
+      consumedEpisodes: isSet(object.consumedEpisodes)
+        ? globalThis.Number(object.consumedEpisodes)
+        : isSet(object.consumed_episodes)
+        ? globalThis.Number(object.consumed_episodes)
+        : 0,
+      meanReward: isSet(object.meanReward)
+        ? globalThis.Number(object.meanReward)
+        : isSet(object.mean_reward)
+        ? globalThis.Number(object.mean_reward)
+        : 0,
+    };
+  },
+
+  toJSON(message: AgentVersionInfo): unknown {
+    const obj: any = {};
+    if (message.agentVersion !== "") {
+      obj.agentVersion = message.agentVersion;
+    }
+    if (message.openEpisodes !== 0) {
+      obj.openEpisodes = Math.round(message.openEpisodes);
+    }
+    if (message.endedEpisodes !== 0) {
+      obj.endedEpisodes = Math.round(message.endedEpisodes);
+    }
+    if (message.abortedEpisodes !== 0) {
+      obj.abortedEpisodes = Math.round(message.abortedEpisodes);
+    }
+    if (message.consumedEpisodes !== 0) {
+      obj.consumedEpisodes = Math.round(message.consumedEpisodes);
+    }
+    if (message.meanReward !== 0) {
+      obj.meanReward = floatToJson(message.meanReward);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AgentVersionInfo>, I>>(base?: I): AgentVersionInfo {
+    return AgentVersionInfo.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AgentVersionInfo>, I>>(object: I): AgentVersionInfo {
+    const message = createBaseAgentVersionInfo();
+    message.agentVersion = object.agentVersion ?? "";
+    message.openEpisodes = object.openEpisodes ?? 0;
+    message.endedEpisodes = object.endedEpisodes ?? 0;
+    message.abortedEpisodes = object.abortedEpisodes ?? 0;
+    message.consumedEpisodes = object.consumedEpisodes ?? 0;
+    message.meanReward = object.meanReward ?? 0;
+    return message;
+  },
+};
+
 /**
  * AdminService reports on and steers the server. When the server has API
  * keys configured, these calls need an admin key (except GetStatus and
@@ -889,6 +1521,20 @@ export const AdminServiceService = {
       Buffer.from(SaveCheckpointResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): SaveCheckpointResponse => SaveCheckpointResponse.decode(value),
   },
+  /**
+   * Lists the clients attached now (sessions with a live lease) with their
+   * tasks, models, agent versions and episode counts, and the episode counts
+   * of every agent version the server has seen. Needs an admin key.
+   */
+  listClients: {
+    path: "/swarmrl.v1.AdminService/ListClients" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListClientsRequest): Buffer => Buffer.from(ListClientsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListClientsRequest => ListClientsRequest.decode(value),
+    responseSerialize: (value: ListClientsResponse): Buffer => Buffer.from(ListClientsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListClientsResponse => ListClientsResponse.decode(value),
+  },
 } as const;
 
 export interface AdminServiceServer extends UntypedServiceImplementation {
@@ -902,6 +1548,12 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
   resumeGeneration: handleUnaryCall<ResumeGenerationRequest, ResumeGenerationResponse>;
   /** Writes a checkpoint of a model now. */
   saveCheckpoint: handleUnaryCall<SaveCheckpointRequest, SaveCheckpointResponse>;
+  /**
+   * Lists the clients attached now (sessions with a live lease) with their
+   * tasks, models, agent versions and episode counts, and the episode counts
+   * of every agent version the server has seen. Needs an admin key.
+   */
+  listClients: handleUnaryCall<ListClientsRequest, ListClientsResponse>;
 }
 
 export interface AdminServiceClient extends Client {
@@ -985,6 +1637,26 @@ export interface AdminServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SaveCheckpointResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * Lists the clients attached now (sessions with a live lease) with their
+   * tasks, models, agent versions and episode counts, and the episode counts
+   * of every agent version the server has seen. Needs an admin key.
+   */
+  listClients(
+    request: ListClientsRequest,
+    callback: (error: ServiceError | null, response: ListClientsResponse) => void,
+  ): ClientUnaryCall;
+  listClients(
+    request: ListClientsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListClientsResponse) => void,
+  ): ClientUnaryCall;
+  listClients(
+    request: ListClientsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListClientsResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const AdminServiceClient = makeGenericClientConstructor(
@@ -995,6 +1667,10 @@ export const AdminServiceClient = makeGenericClientConstructor(
   service: typeof AdminServiceService;
   serviceName: string;
 };
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 
@@ -1007,6 +1683,28 @@ type DeepPartial<T> = T extends Builtin ? T
 type KeysOfUnion<T> = T extends T ? keyof T : never;
 type Exact<P, I extends P> = P extends Builtin ? P
   : P & { [K in keyof P]: Exact<P[K], I[K]> } & { [K in Exclude<keyof I, KeysOfUnion<P>>]: never };
+
+function toTimestamp(date: Date): Timestamp {
+  const seconds = Math.trunc(date.getTime() / 1_000);
+  const nanos = (date.getTime() % 1_000) * 1_000_000;
+  return { seconds, nanos };
+}
+
+function fromTimestamp(t: Timestamp): Date {
+  let millis = (t.seconds || 0) * 1_000;
+  millis += (t.nanos || 0) / 1_000_000;
+  return new globalThis.Date(millis);
+}
+
+function fromJsonTimestamp(o: any): Date {
+  if (o instanceof globalThis.Date) {
+    return o;
+  } else if (typeof o === "string") {
+    return new globalThis.Date(o);
+  } else {
+    return fromTimestamp(Timestamp.fromJSON(o));
+  }
+}
 
 function longToNumber(int64: { toString(): string }): number {
   const num = globalThis.Number(int64.toString());

@@ -186,12 +186,26 @@ export interface SubmitRewardRequest {
   callId: string;
   /** Client-made idempotency key. */
   requestId: string;
+  /**
+   * A model of the episode this reward is for (its trainer uses it instead
+   * of the episode's reward); empty for the episode's reward. Not with call_id.
+   */
+  model: string;
 }
 
 /** Response of SubmitReward. */
 export interface SubmitRewardResponse {
   /** The episode's reward after this call, if it has one. */
-  episodeReward?: number | undefined;
+  episodeReward?:
+    | number
+    | undefined;
+  /** The per-model rewards after this call, by model name. */
+  modelRewards: { [key: string]: number };
+}
+
+export interface SubmitRewardResponse_ModelRewardsEntry {
+  key: string;
+  value: number;
 }
 
 /** Request of EndEpisode. */
@@ -204,6 +218,17 @@ export interface EndEpisodeRequest {
     | undefined;
   /** Client-made idempotency key: replaying the call that ended the episode returns its answer. */
   requestId: string;
+  /**
+   * Rewards for single models of the episode, by model name; each replaces an
+   * earlier one for its model. A model without one is trained on the episode's
+   * reward, which is therefore still required.
+   */
+  modelRewards: { [key: string]: number };
+}
+
+export interface EndEpisodeRequest_ModelRewardsEntry {
+  key: string;
+  value: number;
 }
 
 /** Response of EndEpisode. */
@@ -276,11 +301,21 @@ export interface Episode {
   abortReason: string;
   /** Labels given at start. */
   labels: { [key: string]: string };
+  /**
+   * Rewards given to single models, by model name; the others get the
+   * episode's reward.
+   */
+  modelRewards: { [key: string]: number };
 }
 
 export interface Episode_LabelsEntry {
   key: string;
   value: string;
+}
+
+export interface Episode_ModelRewardsEntry {
+  key: string;
+  value: number;
 }
 
 /** One recorded model call. */
@@ -1767,7 +1802,7 @@ export const GenerateResult: MessageFns<GenerateResult> = {
 };
 
 function createBaseSubmitRewardRequest(): SubmitRewardRequest {
-  return { episodeId: "", value: 0, callId: "", requestId: "" };
+  return { episodeId: "", value: 0, callId: "", requestId: "", model: "" };
 }
 
 export const SubmitRewardRequest: MessageFns<SubmitRewardRequest> = {
@@ -1783,6 +1818,9 @@ export const SubmitRewardRequest: MessageFns<SubmitRewardRequest> = {
     }
     if (message.requestId !== "") {
       writer.uint32(34).string(message.requestId);
+    }
+    if (message.model !== "") {
+      writer.uint32(42).string(message.model);
     }
     return writer;
   },
@@ -1832,6 +1870,14 @@ export const SubmitRewardRequest: MessageFns<SubmitRewardRequest> = {
             message.requestId = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1862,6 +1908,7 @@ export const SubmitRewardRequest: MessageFns<SubmitRewardRequest> = {
         : isSet(object.request_id)
         ? globalThis.String(object.request_id)
         : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
     };
   },
 
@@ -1879,6 +1926,9 @@ export const SubmitRewardRequest: MessageFns<SubmitRewardRequest> = {
     if (message.requestId !== "") {
       obj.requestId = message.requestId;
     }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
     return obj;
   },
 
@@ -1891,12 +1941,13 @@ export const SubmitRewardRequest: MessageFns<SubmitRewardRequest> = {
     message.value = object.value ?? 0;
     message.callId = object.callId ?? "";
     message.requestId = object.requestId ?? "";
+    message.model = object.model ?? "";
     return message;
   },
 };
 
 function createBaseSubmitRewardResponse(): SubmitRewardResponse {
-  return { episodeReward: undefined };
+  return { episodeReward: undefined, modelRewards: {} };
 }
 
 export const SubmitRewardResponse: MessageFns<SubmitRewardResponse> = {
@@ -1904,6 +1955,9 @@ export const SubmitRewardResponse: MessageFns<SubmitRewardResponse> = {
     if (message.episodeReward !== undefined) {
       writer.uint32(9).double(message.episodeReward);
     }
+    globalThis.Object.entries(message.modelRewards).forEach(([key, value]: [string, number]) => {
+      SubmitRewardResponse_ModelRewardsEntry.encode({ key: key as any, value }, writer.uint32(18).fork()).join();
+    });
     return writer;
   },
 
@@ -1928,6 +1982,17 @@ export const SubmitRewardResponse: MessageFns<SubmitRewardResponse> = {
             message.episodeReward = reader.double();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            const entry2 = SubmitRewardResponse_ModelRewardsEntry.decode(reader, reader.uint32());
+            if (entry2.value !== undefined) {
+              message.modelRewards[entry2.key] = entry2.value;
+            }
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1947,6 +2012,33 @@ export const SubmitRewardResponse: MessageFns<SubmitRewardResponse> = {
         : isSet(object.episode_reward)
         ? globalThis.Number(object.episode_reward)
         : undefined,
+      modelRewards: isObject(object.modelRewards)
+        ? (globalThis.Object.entries(object.modelRewards) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : isObject(object.model_rewards)
+        ? (globalThis.Object.entries(object.model_rewards) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
     };
   },
 
@@ -1954,6 +2046,15 @@ export const SubmitRewardResponse: MessageFns<SubmitRewardResponse> = {
     const obj: any = {};
     if (message.episodeReward !== undefined) {
       obj.episodeReward = floatToJson(message.episodeReward);
+    }
+    if (message.modelRewards) {
+      const entries = globalThis.Object.entries(message.modelRewards) as [string, number][];
+      if (entries.length > 0) {
+        obj.modelRewards = {};
+        entries.forEach(([k, v]) => {
+          obj.modelRewards[k] = floatToJson(v);
+        });
+      }
     }
     return obj;
   },
@@ -1964,12 +2065,110 @@ export const SubmitRewardResponse: MessageFns<SubmitRewardResponse> = {
   fromPartial<I extends Exact<DeepPartial<SubmitRewardResponse>, I>>(object: I): SubmitRewardResponse {
     const message = createBaseSubmitRewardResponse();
     message.episodeReward = object.episodeReward ?? undefined;
+    message.modelRewards = (globalThis.Object.entries(object.modelRewards ?? {}) as [string, number][]).reduce(
+      (acc: { [key: string]: number }, [key, value]: [string, number]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.Number(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseSubmitRewardResponse_ModelRewardsEntry(): SubmitRewardResponse_ModelRewardsEntry {
+  return { key: "", value: 0 };
+}
+
+export const SubmitRewardResponse_ModelRewardsEntry: MessageFns<SubmitRewardResponse_ModelRewardsEntry> = {
+  encode(message: SubmitRewardResponse_ModelRewardsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0) {
+      writer.uint32(17).double(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SubmitRewardResponse_ModelRewardsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSubmitRewardResponse_ModelRewardsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.value = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SubmitRewardResponse_ModelRewardsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+    };
+  },
+
+  toJSON(message: SubmitRewardResponse_ModelRewardsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0) {
+      obj.value = floatToJson(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SubmitRewardResponse_ModelRewardsEntry>, I>>(
+    base?: I,
+  ): SubmitRewardResponse_ModelRewardsEntry {
+    return SubmitRewardResponse_ModelRewardsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SubmitRewardResponse_ModelRewardsEntry>, I>>(
+    object: I,
+  ): SubmitRewardResponse_ModelRewardsEntry {
+    const message = createBaseSubmitRewardResponse_ModelRewardsEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? 0;
     return message;
   },
 };
 
 function createBaseEndEpisodeRequest(): EndEpisodeRequest {
-  return { episodeId: "", reward: undefined, requestId: "" };
+  return { episodeId: "", reward: undefined, requestId: "", modelRewards: {} };
 }
 
 export const EndEpisodeRequest: MessageFns<EndEpisodeRequest> = {
@@ -1983,6 +2182,9 @@ export const EndEpisodeRequest: MessageFns<EndEpisodeRequest> = {
     if (message.requestId !== "") {
       writer.uint32(26).string(message.requestId);
     }
+    globalThis.Object.entries(message.modelRewards).forEach(([key, value]: [string, number]) => {
+      EndEpisodeRequest_ModelRewardsEntry.encode({ key: key as any, value }, writer.uint32(34).fork()).join();
+    });
     return writer;
   },
 
@@ -2023,6 +2225,17 @@ export const EndEpisodeRequest: MessageFns<EndEpisodeRequest> = {
             message.requestId = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            const entry4 = EndEpisodeRequest_ModelRewardsEntry.decode(reader, reader.uint32());
+            if (entry4.value !== undefined) {
+              message.modelRewards[entry4.key] = entry4.value;
+            }
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2048,6 +2261,33 @@ export const EndEpisodeRequest: MessageFns<EndEpisodeRequest> = {
         : isSet(object.request_id)
         ? globalThis.String(object.request_id)
         : "",
+      modelRewards: isObject(object.modelRewards)
+        ? (globalThis.Object.entries(object.modelRewards) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : isObject(object.model_rewards)
+        ? (globalThis.Object.entries(object.model_rewards) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
     };
   },
 
@@ -2062,6 +2302,15 @@ export const EndEpisodeRequest: MessageFns<EndEpisodeRequest> = {
     if (message.requestId !== "") {
       obj.requestId = message.requestId;
     }
+    if (message.modelRewards) {
+      const entries = globalThis.Object.entries(message.modelRewards) as [string, number][];
+      if (entries.length > 0) {
+        obj.modelRewards = {};
+        entries.forEach(([k, v]) => {
+          obj.modelRewards[k] = floatToJson(v);
+        });
+      }
+    }
     return obj;
   },
 
@@ -2073,6 +2322,104 @@ export const EndEpisodeRequest: MessageFns<EndEpisodeRequest> = {
     message.episodeId = object.episodeId ?? "";
     message.reward = object.reward ?? undefined;
     message.requestId = object.requestId ?? "";
+    message.modelRewards = (globalThis.Object.entries(object.modelRewards ?? {}) as [string, number][]).reduce(
+      (acc: { [key: string]: number }, [key, value]: [string, number]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.Number(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseEndEpisodeRequest_ModelRewardsEntry(): EndEpisodeRequest_ModelRewardsEntry {
+  return { key: "", value: 0 };
+}
+
+export const EndEpisodeRequest_ModelRewardsEntry: MessageFns<EndEpisodeRequest_ModelRewardsEntry> = {
+  encode(message: EndEpisodeRequest_ModelRewardsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0) {
+      writer.uint32(17).double(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EndEpisodeRequest_ModelRewardsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEndEpisodeRequest_ModelRewardsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.value = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): EndEpisodeRequest_ModelRewardsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+    };
+  },
+
+  toJSON(message: EndEpisodeRequest_ModelRewardsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0) {
+      obj.value = floatToJson(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<EndEpisodeRequest_ModelRewardsEntry>, I>>(
+    base?: I,
+  ): EndEpisodeRequest_ModelRewardsEntry {
+    return EndEpisodeRequest_ModelRewardsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<EndEpisodeRequest_ModelRewardsEntry>, I>>(
+    object: I,
+  ): EndEpisodeRequest_ModelRewardsEntry {
+    const message = createBaseEndEpisodeRequest_ModelRewardsEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? 0;
     return message;
   },
 };
@@ -2501,6 +2848,7 @@ function createBaseEpisode(): Episode {
     endTime: undefined,
     abortReason: "",
     labels: {},
+    modelRewards: {},
   };
 }
 
@@ -2544,6 +2892,9 @@ export const Episode: MessageFns<Episode> = {
     }
     globalThis.Object.entries(message.labels).forEach(([key, value]: [string, string]) => {
       Episode_LabelsEntry.encode({ key: key as any, value }, writer.uint32(106).fork()).join();
+    });
+    globalThis.Object.entries(message.modelRewards).forEach(([key, value]: [string, number]) => {
+      Episode_ModelRewardsEntry.encode({ key: key as any, value }, writer.uint32(114).fork()).join();
     });
     return writer;
   },
@@ -2668,6 +3019,17 @@ export const Episode: MessageFns<Episode> = {
             }
             continue;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            const entry14 = Episode_ModelRewardsEntry.decode(reader, reader.uint32());
+            if (entry14.value !== undefined) {
+              message.modelRewards[entry14.key] = entry14.value;
+            }
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2744,6 +3106,33 @@ export const Episode: MessageFns<Episode> = {
           {},
         )
         : {},
+      modelRewards: isObject(object.modelRewards)
+        ? (globalThis.Object.entries(object.modelRewards) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : isObject(object.model_rewards)
+        ? (globalThis.Object.entries(object.model_rewards) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
     };
   },
 
@@ -2794,6 +3183,15 @@ export const Episode: MessageFns<Episode> = {
         });
       }
     }
+    if (message.modelRewards) {
+      const entries = globalThis.Object.entries(message.modelRewards) as [string, number][];
+      if (entries.length > 0) {
+        obj.modelRewards = {};
+        entries.forEach(([k, v]) => {
+          obj.modelRewards[k] = floatToJson(v);
+        });
+      }
+    }
     return obj;
   },
 
@@ -2818,6 +3216,15 @@ export const Episode: MessageFns<Episode> = {
       (acc: { [key: string]: string }, [key, value]: [string, string]) => {
         if (value !== undefined) {
           acc[key] = globalThis.String(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.modelRewards = (globalThis.Object.entries(object.modelRewards ?? {}) as [string, number][]).reduce(
+      (acc: { [key: string]: number }, [key, value]: [string, number]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.Number(value);
         }
         return acc;
       },
@@ -2908,6 +3315,91 @@ export const Episode_LabelsEntry: MessageFns<Episode_LabelsEntry> = {
     const message = createBaseEpisode_LabelsEntry();
     message.key = object.key ?? "";
     message.value = object.value ?? "";
+    return message;
+  },
+};
+
+function createBaseEpisode_ModelRewardsEntry(): Episode_ModelRewardsEntry {
+  return { key: "", value: 0 };
+}
+
+export const Episode_ModelRewardsEntry: MessageFns<Episode_ModelRewardsEntry> = {
+  encode(message: Episode_ModelRewardsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0) {
+      writer.uint32(17).double(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Episode_ModelRewardsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEpisode_ModelRewardsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.value = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Episode_ModelRewardsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+    };
+  },
+
+  toJSON(message: Episode_ModelRewardsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0) {
+      obj.value = floatToJson(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Episode_ModelRewardsEntry>, I>>(base?: I): Episode_ModelRewardsEntry {
+    return Episode_ModelRewardsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Episode_ModelRewardsEntry>, I>>(object: I): Episode_ModelRewardsEntry {
+    const message = createBaseEpisode_ModelRewardsEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? 0;
     return message;
   },
 };
@@ -3225,9 +3717,9 @@ export const EpisodeServiceService = {
     responseDeserialize: (value: Buffer): GenerateResponse => GenerateResponse.decode(value),
   },
   /**
-   * Records a reward for the episode, or for one of its calls.
-   * INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-   * the episode is not open.
+   * Records a reward for the episode, for one of its models, or for one of
+   * its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+   * episode does not list, FAILED_PRECONDITION when the episode is not open.
    */
   submitReward: {
     path: "/swarmrl.v1.EpisodeService/SubmitReward" as const,
@@ -3240,8 +3732,9 @@ export const EpisodeServiceService = {
     responseDeserialize: (value: Buffer): SubmitRewardResponse => SubmitRewardResponse.decode(value),
   },
   /**
-   * Ends an episode. Once this returns, the episode is durable and eligible
-   * for training. FAILED_PRECONDITION when it was already ended or aborted
+   * Ends an episode. Once this returns, the episode is durable and queued for
+   * training by every model it lists, in one store transaction: a server
+   * killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
    * (unless the request_id repeats the call that ended it) or has no reward.
    */
   endEpisode: {
@@ -3291,14 +3784,15 @@ export interface EpisodeServiceServer extends UntypedServiceImplementation {
    */
   generate: handleServerStreamingCall<GenerateRequest, GenerateResponse>;
   /**
-   * Records a reward for the episode, or for one of its calls.
-   * INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-   * the episode is not open.
+   * Records a reward for the episode, for one of its models, or for one of
+   * its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+   * episode does not list, FAILED_PRECONDITION when the episode is not open.
    */
   submitReward: handleUnaryCall<SubmitRewardRequest, SubmitRewardResponse>;
   /**
-   * Ends an episode. Once this returns, the episode is durable and eligible
-   * for training. FAILED_PRECONDITION when it was already ended or aborted
+   * Ends an episode. Once this returns, the episode is durable and queued for
+   * training by every model it lists, in one store transaction: a server
+   * killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
    * (unless the request_id repeats the call that ended it) or has no reward.
    */
   endEpisode: handleUnaryCall<EndEpisodeRequest, EndEpisodeResponse>;
@@ -3342,9 +3836,9 @@ export interface EpisodeServiceClient extends Client {
     options?: Partial<CallOptions>,
   ): ClientReadableStream<GenerateResponse>;
   /**
-   * Records a reward for the episode, or for one of its calls.
-   * INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-   * the episode is not open.
+   * Records a reward for the episode, for one of its models, or for one of
+   * its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+   * episode does not list, FAILED_PRECONDITION when the episode is not open.
    */
   submitReward(
     request: SubmitRewardRequest,
@@ -3362,8 +3856,9 @@ export interface EpisodeServiceClient extends Client {
     callback: (error: ServiceError | null, response: SubmitRewardResponse) => void,
   ): ClientUnaryCall;
   /**
-   * Ends an episode. Once this returns, the episode is durable and eligible
-   * for training. FAILED_PRECONDITION when it was already ended or aborted
+   * Ends an episode. Once this returns, the episode is durable and queued for
+   * training by every model it lists, in one store transaction: a server
+   * killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
    * (unless the request_id repeats the call that ended it) or has no reward.
    */
   endEpisode(

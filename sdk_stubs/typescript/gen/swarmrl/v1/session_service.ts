@@ -29,7 +29,14 @@ export interface OpenSessionRequest {
   /** Free-form name of the client, shown in status and logs. */
   clientName: string;
   /** Requested lease length; the server clamps it to its limits. Default 30 s. */
-  lease: Duration | undefined;
+  lease:
+    | Duration
+    | undefined;
+  /**
+   * Version of the client's agent code: the agent version of the session's
+   * episodes that do not give their own.
+   */
+  agentVersion: string;
 }
 
 /** Response of OpenSession. */
@@ -137,7 +144,7 @@ export interface Draining {
 }
 
 function createBaseOpenSessionRequest(): OpenSessionRequest {
-  return { sessionId: "", clientName: "", lease: undefined };
+  return { sessionId: "", clientName: "", lease: undefined, agentVersion: "" };
 }
 
 export const OpenSessionRequest: MessageFns<OpenSessionRequest> = {
@@ -150,6 +157,9 @@ export const OpenSessionRequest: MessageFns<OpenSessionRequest> = {
     }
     if (message.lease !== undefined) {
       Duration.encode(message.lease, writer.uint32(26).fork()).join();
+    }
+    if (message.agentVersion !== "") {
+      writer.uint32(34).string(message.agentVersion);
     }
     return writer;
   },
@@ -191,6 +201,14 @@ export const OpenSessionRequest: MessageFns<OpenSessionRequest> = {
             message.lease = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.agentVersion = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -216,6 +234,11 @@ export const OpenSessionRequest: MessageFns<OpenSessionRequest> = {
         ? globalThis.String(object.client_name)
         : "",
       lease: isSet(object.lease) ? Duration.fromJSON(object.lease) : undefined,
+      agentVersion: isSet(object.agentVersion)
+        ? globalThis.String(object.agentVersion)
+        : isSet(object.agent_version)
+        ? globalThis.String(object.agent_version)
+        : "",
     };
   },
 
@@ -230,6 +253,9 @@ export const OpenSessionRequest: MessageFns<OpenSessionRequest> = {
     if (message.lease !== undefined) {
       obj.lease = Duration.toJSON(message.lease);
     }
+    if (message.agentVersion !== "") {
+      obj.agentVersion = message.agentVersion;
+    }
     return obj;
   },
 
@@ -243,6 +269,7 @@ export const OpenSessionRequest: MessageFns<OpenSessionRequest> = {
     message.lease = (object.lease !== undefined && object.lease !== null)
       ? Duration.fromPartial(object.lease)
       : undefined;
+    message.agentVersion = object.agentVersion ?? "";
     return message;
   },
 };

@@ -180,6 +180,38 @@ public final class AdminServiceGrpc {
     return getSaveCheckpointMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.ListClientsRequest,
+      io.swarmrl.v1.ListClientsResponse> getListClientsMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ListClients",
+      requestType = io.swarmrl.v1.ListClientsRequest.class,
+      responseType = io.swarmrl.v1.ListClientsResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.ListClientsRequest,
+      io.swarmrl.v1.ListClientsResponse> getListClientsMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.ListClientsRequest, io.swarmrl.v1.ListClientsResponse> getListClientsMethod;
+    if ((getListClientsMethod = AdminServiceGrpc.getListClientsMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getListClientsMethod = AdminServiceGrpc.getListClientsMethod) == null) {
+          AdminServiceGrpc.getListClientsMethod = getListClientsMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.ListClientsRequest, io.swarmrl.v1.ListClientsResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ListClients"))
+              .setSafe(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.ListClientsRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.ListClientsResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("ListClients"))
+              .build();
+        }
+      }
+    }
+    return getListClientsMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -283,6 +315,18 @@ public final class AdminServiceGrpc {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getSaveCheckpointMethod(), responseObserver);
     }
 
+    /**
+     * <pre>
+     * Lists the clients attached now (sessions with a live lease) with their
+     * tasks, models, agent versions and episode counts, and the episode counts
+     * of every agent version the server has seen. Needs an admin key.
+     * </pre>
+     */
+    public void listClients(io.swarmrl.v1.ListClientsRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.ListClientsResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getListClientsMethod(), responseObserver);
+    }
+
     @java.lang.Override public final io.grpc.ServerServiceDefinition bindService() {
       return io.grpc.ServerServiceDefinition.builder(getServiceDescriptor())
           .addMethod(
@@ -320,6 +364,13 @@ public final class AdminServiceGrpc {
                 io.swarmrl.v1.SaveCheckpointRequest,
                 io.swarmrl.v1.SaveCheckpointResponse>(
                   this, METHODID_SAVE_CHECKPOINT)))
+          .addMethod(
+            getListClientsMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.ListClientsRequest,
+                io.swarmrl.v1.ListClientsResponse>(
+                  this, METHODID_LIST_CLIENTS)))
           .build();
     }
   }
@@ -397,6 +448,19 @@ public final class AdminServiceGrpc {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getSaveCheckpointMethod(), getCallOptions()), request, responseObserver);
     }
+
+    /**
+     * <pre>
+     * Lists the clients attached now (sessions with a live lease) with their
+     * tasks, models, agent versions and episode counts, and the episode counts
+     * of every agent version the server has seen. Needs an admin key.
+     * </pre>
+     */
+    public void listClients(io.swarmrl.v1.ListClientsRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.ListClientsResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getListClientsMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -466,6 +530,18 @@ public final class AdminServiceGrpc {
     public io.swarmrl.v1.SaveCheckpointResponse saveCheckpoint(io.swarmrl.v1.SaveCheckpointRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getSaveCheckpointMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Lists the clients attached now (sessions with a live lease) with their
+     * tasks, models, agent versions and episode counts, and the episode counts
+     * of every agent version the server has seen. Needs an admin key.
+     * </pre>
+     */
+    public io.swarmrl.v1.ListClientsResponse listClients(io.swarmrl.v1.ListClientsRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getListClientsMethod(), getCallOptions(), request);
     }
   }
 
@@ -542,6 +618,19 @@ public final class AdminServiceGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getSaveCheckpointMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * Lists the clients attached now (sessions with a live lease) with their
+     * tasks, models, agent versions and episode counts, and the episode counts
+     * of every agent version the server has seen. Needs an admin key.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.ListClientsResponse> listClients(
+        io.swarmrl.v1.ListClientsRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getListClientsMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_GET_STATUS = 0;
@@ -549,6 +638,7 @@ public final class AdminServiceGrpc {
   private static final int METHODID_PAUSE_GENERATION = 2;
   private static final int METHODID_RESUME_GENERATION = 3;
   private static final int METHODID_SAVE_CHECKPOINT = 4;
+  private static final int METHODID_LIST_CLIENTS = 5;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -586,6 +676,10 @@ public final class AdminServiceGrpc {
         case METHODID_SAVE_CHECKPOINT:
           serviceImpl.saveCheckpoint((io.swarmrl.v1.SaveCheckpointRequest) request,
               (io.grpc.stub.StreamObserver<io.swarmrl.v1.SaveCheckpointResponse>) responseObserver);
+          break;
+        case METHODID_LIST_CLIENTS:
+          serviceImpl.listClients((io.swarmrl.v1.ListClientsRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.ListClientsResponse>) responseObserver);
           break;
         default:
           throw new AssertionError();
@@ -653,6 +747,7 @@ public final class AdminServiceGrpc {
               .addMethod(getPauseGenerationMethod())
               .addMethod(getResumeGenerationMethod())
               .addMethod(getSaveCheckpointMethod())
+              .addMethod(getListClientsMethod())
               .build();
         }
       }

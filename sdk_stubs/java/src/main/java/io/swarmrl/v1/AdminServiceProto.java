@@ -64,6 +64,26 @@ public final class AdminServiceProto {
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_swarmrl_v1_SaveCheckpointResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_ListClientsRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_ListClientsRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_ListClientsResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_ListClientsResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_ClientInfo_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_ClientInfo_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_AgentVersionInfo_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_AgentVersionInfo_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -74,41 +94,65 @@ public final class AdminServiceProto {
   static {
     java.lang.String[] descriptorData = {
       "\n\036swarmrl/v1/admin_service.proto\022\nswarmr" +
-      "l.v1\032\026swarmrl/v1/types.proto\"\022\n\020GetStatu" +
-      "sRequest\"\306\002\n\021GetStatusResponse\022\'\n\017server" +
-      "_instance\030\001 \001(\tR\016serverInstance\022\032\n\010sessi" +
-      "ons\030\002 \001(\005R\010sessions\022#\n\ropen_episodes\030\003 \001" +
-      "(\005R\014openEpisodes\022%\n\016ended_episodes\030\004 \001(\003" +
-      "R\rendedEpisodes\022)\n\020aborted_episodes\030\005 \001(" +
-      "\003R\017abortedEpisodes\022\026\n\006paused\030\006 \001(\010R\006paus" +
-      "ed\022-\n\006models\030\007 \003(\0132\025.swarmrl.v1.ModelInf" +
-      "oR\006models\022.\n\023last_event_sequence\030\010 \001(\004R\021" +
-      "lastEventSequence\"\023\n\021ListModelsRequest\"C" +
-      "\n\022ListModelsResponse\022-\n\006models\030\001 \003(\0132\025.s" +
-      "warmrl.v1.ModelInfoR\006models\"0\n\026PauseGene" +
-      "rationRequest\022\026\n\006reason\030\001 \001(\tR\006reason\"\031\n" +
-      "\027PauseGenerationResponse\"\031\n\027ResumeGenera" +
-      "tionRequest\"\032\n\030ResumeGenerationResponse\"" +
-      "-\n\025SaveCheckpointRequest\022\024\n\005model\030\001 \001(\tR" +
-      "\005model\".\n\026SaveCheckpointResponse\022\024\n\005path" +
-      "s\030\001 \003(\tR\005paths2\322\003\n\014AdminService\022M\n\tGetSt" +
-      "atus\022\034.swarmrl.v1.GetStatusRequest\032\035.swa" +
-      "rmrl.v1.GetStatusResponse\"\003\220\002\001\022P\n\nListMo" +
-      "dels\022\035.swarmrl.v1.ListModelsRequest\032\036.sw" +
-      "armrl.v1.ListModelsResponse\"\003\220\002\001\022_\n\017Paus" +
-      "eGeneration\022\".swarmrl.v1.PauseGeneration" +
-      "Request\032#.swarmrl.v1.PauseGenerationResp" +
-      "onse\"\003\220\002\002\022b\n\020ResumeGeneration\022#.swarmrl." +
-      "v1.ResumeGenerationRequest\032$.swarmrl.v1." +
-      "ResumeGenerationResponse\"\003\220\002\002\022\\\n\016SaveChe" +
-      "ckpoint\022!.swarmrl.v1.SaveCheckpointReque" +
-      "st\032\".swarmrl.v1.SaveCheckpointResponse\"\003" +
-      "\220\002\002B$\n\rio.swarmrl.v1B\021AdminServiceProtoP" +
-      "\001b\006proto3"
+      "l.v1\032\037google/protobuf/timestamp.proto\032\026s" +
+      "warmrl/v1/types.proto\"\022\n\020GetStatusReques" +
+      "t\"\306\002\n\021GetStatusResponse\022\'\n\017server_instan" +
+      "ce\030\001 \001(\tR\016serverInstance\022\032\n\010sessions\030\002 \001" +
+      "(\005R\010sessions\022#\n\ropen_episodes\030\003 \001(\005R\014ope" +
+      "nEpisodes\022%\n\016ended_episodes\030\004 \001(\003R\rended" +
+      "Episodes\022)\n\020aborted_episodes\030\005 \001(\003R\017abor" +
+      "tedEpisodes\022\026\n\006paused\030\006 \001(\010R\006paused\022-\n\006m" +
+      "odels\030\007 \003(\0132\025.swarmrl.v1.ModelInfoR\006mode" +
+      "ls\022.\n\023last_event_sequence\030\010 \001(\004R\021lastEve" +
+      "ntSequence\"\023\n\021ListModelsRequest\"C\n\022ListM" +
+      "odelsResponse\022-\n\006models\030\001 \003(\0132\025.swarmrl." +
+      "v1.ModelInfoR\006models\"0\n\026PauseGenerationR" +
+      "equest\022\026\n\006reason\030\001 \001(\tR\006reason\"\031\n\027PauseG" +
+      "enerationResponse\"\031\n\027ResumeGenerationReq" +
+      "uest\"\032\n\030ResumeGenerationResponse\"-\n\025Save" +
+      "CheckpointRequest\022\024\n\005model\030\001 \001(\tR\005model\"" +
+      ".\n\026SaveCheckpointResponse\022\024\n\005paths\030\001 \003(\t" +
+      "R\005paths\"\024\n\022ListClientsRequest\"\214\001\n\023ListCl" +
+      "ientsResponse\0220\n\007clients\030\001 \003(\0132\026.swarmrl" +
+      ".v1.ClientInfoR\007clients\022C\n\016agent_version" +
+      "s\030\002 \003(\0132\034.swarmrl.v1.AgentVersionInfoR\ra" +
+      "gentVersions\"\224\003\n\nClientInfo\022\035\n\nsession_i" +
+      "d\030\001 \001(\tR\tsessionId\022\037\n\013client_name\030\002 \001(\tR" +
+      "\nclientName\022#\n\ragent_version\030\003 \001(\tR\014agen" +
+      "tVersion\0224\n\026episode_agent_versions\030\004 \003(\t" +
+      "R\024episodeAgentVersions\022\024\n\005tasks\030\005 \003(\tR\005t" +
+      "asks\022\026\n\006models\030\006 \003(\tR\006models\022#\n\ropen_epi" +
+      "sodes\030\007 \001(\005R\014openEpisodes\022%\n\016ended_episo" +
+      "des\030\010 \001(\003R\rendedEpisodes\022)\n\020aborted_epis" +
+      "odes\030\t \001(\003R\017abortedEpisodes\022F\n\021lease_exp" +
+      "ire_time\030\n \001(\0132\032.google.protobuf.Timesta" +
+      "mpR\017leaseExpireTime\"\374\001\n\020AgentVersionInfo" +
+      "\022#\n\ragent_version\030\001 \001(\tR\014agentVersion\022#\n" +
+      "\ropen_episodes\030\002 \001(\005R\014openEpisodes\022%\n\016en" +
+      "ded_episodes\030\003 \001(\003R\rendedEpisodes\022)\n\020abo" +
+      "rted_episodes\030\004 \001(\003R\017abortedEpisodes\022+\n\021" +
+      "consumed_episodes\030\005 \001(\003R\020consumedEpisode" +
+      "s\022\037\n\013mean_reward\030\006 \001(\001R\nmeanReward2\247\004\n\014A" +
+      "dminService\022M\n\tGetStatus\022\034.swarmrl.v1.Ge" +
+      "tStatusRequest\032\035.swarmrl.v1.GetStatusRes" +
+      "ponse\"\003\220\002\001\022P\n\nListModels\022\035.swarmrl.v1.Li" +
+      "stModelsRequest\032\036.swarmrl.v1.ListModelsR" +
+      "esponse\"\003\220\002\001\022_\n\017PauseGeneration\022\".swarmr" +
+      "l.v1.PauseGenerationRequest\032#.swarmrl.v1" +
+      ".PauseGenerationResponse\"\003\220\002\002\022b\n\020ResumeG" +
+      "eneration\022#.swarmrl.v1.ResumeGenerationR" +
+      "equest\032$.swarmrl.v1.ResumeGenerationResp" +
+      "onse\"\003\220\002\002\022\\\n\016SaveCheckpoint\022!.swarmrl.v1" +
+      ".SaveCheckpointRequest\032\".swarmrl.v1.Save" +
+      "CheckpointResponse\"\003\220\002\002\022S\n\013ListClients\022\036" +
+      ".swarmrl.v1.ListClientsRequest\032\037.swarmrl" +
+      ".v1.ListClientsResponse\"\003\220\002\001B$\n\rio.swarm" +
+      "rl.v1B\021AdminServiceProtoP\001b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
         new com.google.protobuf.Descriptors.FileDescriptor[] {
+          com.google.protobuf.TimestampProto.getDescriptor(),
           io.swarmrl.v1.TypesProto.getDescriptor(),
         });
     internal_static_swarmrl_v1_GetStatusRequest_descriptor =
@@ -171,6 +215,31 @@ public final class AdminServiceProto {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_SaveCheckpointResponse_descriptor,
         new java.lang.String[] { "Paths", });
+    internal_static_swarmrl_v1_ListClientsRequest_descriptor =
+      getDescriptor().getMessageTypes().get(10);
+    internal_static_swarmrl_v1_ListClientsRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_ListClientsRequest_descriptor,
+        new java.lang.String[] { });
+    internal_static_swarmrl_v1_ListClientsResponse_descriptor =
+      getDescriptor().getMessageTypes().get(11);
+    internal_static_swarmrl_v1_ListClientsResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_ListClientsResponse_descriptor,
+        new java.lang.String[] { "Clients", "AgentVersions", });
+    internal_static_swarmrl_v1_ClientInfo_descriptor =
+      getDescriptor().getMessageTypes().get(12);
+    internal_static_swarmrl_v1_ClientInfo_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_ClientInfo_descriptor,
+        new java.lang.String[] { "SessionId", "ClientName", "AgentVersion", "EpisodeAgentVersions", "Tasks", "Models", "OpenEpisodes", "EndedEpisodes", "AbortedEpisodes", "LeaseExpireTime", });
+    internal_static_swarmrl_v1_AgentVersionInfo_descriptor =
+      getDescriptor().getMessageTypes().get(13);
+    internal_static_swarmrl_v1_AgentVersionInfo_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_AgentVersionInfo_descriptor,
+        new java.lang.String[] { "AgentVersion", "OpenEpisodes", "EndedEpisodes", "AbortedEpisodes", "ConsumedEpisodes", "MeanReward", });
+    com.google.protobuf.TimestampProto.getDescriptor();
     io.swarmrl.v1.TypesProto.getDescriptor();
   }
 

@@ -41,6 +41,18 @@ private static final long serialVersionUID = 0L;
     return io.swarmrl.v1.EpisodeServiceProto.internal_static_swarmrl_v1_EndEpisodeRequest_descriptor;
   }
 
+  @SuppressWarnings({"rawtypes"})
+  @java.lang.Override
+  protected com.google.protobuf.MapField internalGetMapField(
+      int number) {
+    switch (number) {
+      case 4:
+        return internalGetModelRewards();
+      default:
+        throw new RuntimeException(
+            "Invalid map field number: " + number);
+    }
+  }
   @java.lang.Override
   protected com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internalGetFieldAccessorTable() {
@@ -171,6 +183,107 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int MODEL_REWARDS_FIELD_NUMBER = 4;
+  private static final class ModelRewardsDefaultEntryHolder {
+    static final com.google.protobuf.MapEntry<
+        java.lang.String, java.lang.Double> defaultEntry =
+            com.google.protobuf.MapEntry
+            .<java.lang.String, java.lang.Double>newDefaultInstance(
+                io.swarmrl.v1.EpisodeServiceProto.internal_static_swarmrl_v1_EndEpisodeRequest_ModelRewardsEntry_descriptor, 
+                com.google.protobuf.WireFormat.FieldType.STRING,
+                "",
+                com.google.protobuf.WireFormat.FieldType.DOUBLE,
+                0D);
+  }
+  @SuppressWarnings("serial")
+  private com.google.protobuf.MapField<
+      java.lang.String, java.lang.Double> modelRewards_;
+  private com.google.protobuf.MapField<java.lang.String, java.lang.Double>
+  internalGetModelRewards() {
+    if (modelRewards_ == null) {
+      return com.google.protobuf.MapField.emptyMapField(
+          ModelRewardsDefaultEntryHolder.defaultEntry);
+    }
+    return modelRewards_;
+  }
+  public int getModelRewardsCount() {
+    return internalGetModelRewards().getMap().size();
+  }
+  /**
+   * <pre>
+   * Rewards for single models of the episode, by model name; each replaces an
+   * earlier one for its model. A model without one is trained on the episode's
+   * reward, which is therefore still required.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public boolean containsModelRewards(
+      java.lang.String key) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    return internalGetModelRewards().getMap().containsKey(key);
+  }
+  /**
+   * Use {@link #getModelRewardsMap()} instead.
+   */
+  @java.lang.Override
+  @java.lang.Deprecated
+  public java.util.Map<java.lang.String, java.lang.Double> getModelRewards() {
+    return getModelRewardsMap();
+  }
+  /**
+   * <pre>
+   * Rewards for single models of the episode, by model name; each replaces an
+   * earlier one for its model. A model without one is trained on the episode's
+   * reward, which is therefore still required.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public java.util.Map<java.lang.String, java.lang.Double> getModelRewardsMap() {
+    return internalGetModelRewards().getMap();
+  }
+  /**
+   * <pre>
+   * Rewards for single models of the episode, by model name; each replaces an
+   * earlier one for its model. A model without one is trained on the episode's
+   * reward, which is therefore still required.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public double getModelRewardsOrDefault(
+      java.lang.String key,
+      double defaultValue) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    java.util.Map<java.lang.String, java.lang.Double> map =
+        internalGetModelRewards().getMap();
+    return map.containsKey(key) ? map.get(key) : defaultValue;
+  }
+  /**
+   * <pre>
+   * Rewards for single models of the episode, by model name; each replaces an
+   * earlier one for its model. A model without one is trained on the episode's
+   * reward, which is therefore still required.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public double getModelRewardsOrThrow(
+      java.lang.String key) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    java.util.Map<java.lang.String, java.lang.Double> map =
+        internalGetModelRewards().getMap();
+    if (!map.containsKey(key)) {
+      throw new java.lang.IllegalArgumentException();
+    }
+    return map.get(key);
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -194,6 +307,12 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(requestId_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 3, requestId_);
     }
+    com.google.protobuf.GeneratedMessageV3
+      .serializeStringMapTo(
+        output,
+        internalGetModelRewards(),
+        ModelRewardsDefaultEntryHolder.defaultEntry,
+        4);
     getUnknownFields().writeTo(output);
   }
 
@@ -212,6 +331,16 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(requestId_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(3, requestId_);
+    }
+    for (java.util.Map.Entry<java.lang.String, java.lang.Double> entry
+         : internalGetModelRewards().getMap().entrySet()) {
+      com.google.protobuf.MapEntry<java.lang.String, java.lang.Double>
+      modelRewards__ = ModelRewardsDefaultEntryHolder.defaultEntry.newBuilderForType()
+          .setKey(entry.getKey())
+          .setValue(entry.getValue())
+          .build();
+      size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(4, modelRewards__);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -238,6 +367,8 @@ private static final long serialVersionUID = 0L;
     }
     if (!getRequestId()
         .equals(other.getRequestId())) return false;
+    if (!internalGetModelRewards().equals(
+        other.internalGetModelRewards())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -258,6 +389,10 @@ private static final long serialVersionUID = 0L;
     }
     hash = (37 * hash) + REQUEST_ID_FIELD_NUMBER;
     hash = (53 * hash) + getRequestId().hashCode();
+    if (!internalGetModelRewards().getMap().isEmpty()) {
+      hash = (37 * hash) + MODEL_REWARDS_FIELD_NUMBER;
+      hash = (53 * hash) + internalGetModelRewards().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -369,6 +504,28 @@ private static final long serialVersionUID = 0L;
       return io.swarmrl.v1.EpisodeServiceProto.internal_static_swarmrl_v1_EndEpisodeRequest_descriptor;
     }
 
+    @SuppressWarnings({"rawtypes"})
+    protected com.google.protobuf.MapField internalGetMapField(
+        int number) {
+      switch (number) {
+        case 4:
+          return internalGetModelRewards();
+        default:
+          throw new RuntimeException(
+              "Invalid map field number: " + number);
+      }
+    }
+    @SuppressWarnings({"rawtypes"})
+    protected com.google.protobuf.MapField internalGetMutableMapField(
+        int number) {
+      switch (number) {
+        case 4:
+          return internalGetMutableModelRewards();
+        default:
+          throw new RuntimeException(
+              "Invalid map field number: " + number);
+      }
+    }
     @java.lang.Override
     protected com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
         internalGetFieldAccessorTable() {
@@ -394,6 +551,7 @@ private static final long serialVersionUID = 0L;
       episodeId_ = "";
       reward_ = 0D;
       requestId_ = "";
+      internalGetMutableModelRewards().clear();
       return this;
     }
 
@@ -437,6 +595,10 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000004) != 0)) {
         result.requestId_ = requestId_;
+      }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.modelRewards_ = internalGetModelRewards();
+        result.modelRewards_.makeImmutable();
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -498,6 +660,9 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000004;
         onChanged();
       }
+      internalGetMutableModelRewards().mergeFrom(
+          other.internalGetModelRewards());
+      bitField0_ |= 0x00000008;
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -539,6 +704,15 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000004;
               break;
             } // case 26
+            case 34: {
+              com.google.protobuf.MapEntry<java.lang.String, java.lang.Double>
+              modelRewards__ = input.readMessage(
+                  ModelRewardsDefaultEntryHolder.defaultEntry.getParserForType(), extensionRegistry);
+              internalGetMutableModelRewards().getMutableMap().put(
+                  modelRewards__.getKey(), modelRewards__.getValue());
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 34
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -793,6 +967,173 @@ private static final long serialVersionUID = 0L;
       requestId_ = value;
       bitField0_ |= 0x00000004;
       onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.MapField<
+        java.lang.String, java.lang.Double> modelRewards_;
+    private com.google.protobuf.MapField<java.lang.String, java.lang.Double>
+        internalGetModelRewards() {
+      if (modelRewards_ == null) {
+        return com.google.protobuf.MapField.emptyMapField(
+            ModelRewardsDefaultEntryHolder.defaultEntry);
+      }
+      return modelRewards_;
+    }
+    private com.google.protobuf.MapField<java.lang.String, java.lang.Double>
+        internalGetMutableModelRewards() {
+      if (modelRewards_ == null) {
+        modelRewards_ = com.google.protobuf.MapField.newMapField(
+            ModelRewardsDefaultEntryHolder.defaultEntry);
+      }
+      if (!modelRewards_.isMutable()) {
+        modelRewards_ = modelRewards_.copy();
+      }
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return modelRewards_;
+    }
+    public int getModelRewardsCount() {
+      return internalGetModelRewards().getMap().size();
+    }
+    /**
+     * <pre>
+     * Rewards for single models of the episode, by model name; each replaces an
+     * earlier one for its model. A model without one is trained on the episode's
+     * reward, which is therefore still required.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public boolean containsModelRewards(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      return internalGetModelRewards().getMap().containsKey(key);
+    }
+    /**
+     * Use {@link #getModelRewardsMap()} instead.
+     */
+    @java.lang.Override
+    @java.lang.Deprecated
+    public java.util.Map<java.lang.String, java.lang.Double> getModelRewards() {
+      return getModelRewardsMap();
+    }
+    /**
+     * <pre>
+     * Rewards for single models of the episode, by model name; each replaces an
+     * earlier one for its model. A model without one is trained on the episode's
+     * reward, which is therefore still required.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public java.util.Map<java.lang.String, java.lang.Double> getModelRewardsMap() {
+      return internalGetModelRewards().getMap();
+    }
+    /**
+     * <pre>
+     * Rewards for single models of the episode, by model name; each replaces an
+     * earlier one for its model. A model without one is trained on the episode's
+     * reward, which is therefore still required.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public double getModelRewardsOrDefault(
+        java.lang.String key,
+        double defaultValue) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      java.util.Map<java.lang.String, java.lang.Double> map =
+          internalGetModelRewards().getMap();
+      return map.containsKey(key) ? map.get(key) : defaultValue;
+    }
+    /**
+     * <pre>
+     * Rewards for single models of the episode, by model name; each replaces an
+     * earlier one for its model. A model without one is trained on the episode's
+     * reward, which is therefore still required.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public double getModelRewardsOrThrow(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      java.util.Map<java.lang.String, java.lang.Double> map =
+          internalGetModelRewards().getMap();
+      if (!map.containsKey(key)) {
+        throw new java.lang.IllegalArgumentException();
+      }
+      return map.get(key);
+    }
+    public Builder clearModelRewards() {
+      bitField0_ = (bitField0_ & ~0x00000008);
+      internalGetMutableModelRewards().getMutableMap()
+          .clear();
+      return this;
+    }
+    /**
+     * <pre>
+     * Rewards for single models of the episode, by model name; each replaces an
+     * earlier one for its model. A model without one is trained on the episode's
+     * reward, which is therefore still required.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+     */
+    public Builder removeModelRewards(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      internalGetMutableModelRewards().getMutableMap()
+          .remove(key);
+      return this;
+    }
+    /**
+     * Use alternate mutation accessors instead.
+     */
+    @java.lang.Deprecated
+    public java.util.Map<java.lang.String, java.lang.Double>
+        getMutableModelRewards() {
+      bitField0_ |= 0x00000008;
+      return internalGetMutableModelRewards().getMutableMap();
+    }
+    /**
+     * <pre>
+     * Rewards for single models of the episode, by model name; each replaces an
+     * earlier one for its model. A model without one is trained on the episode's
+     * reward, which is therefore still required.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+     */
+    public Builder putModelRewards(
+        java.lang.String key,
+        double value) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      
+      internalGetMutableModelRewards().getMutableMap()
+          .put(key, value);
+      bitField0_ |= 0x00000008;
+      return this;
+    }
+    /**
+     * <pre>
+     * Rewards for single models of the episode, by model name; each replaces an
+     * earlier one for its model. A model without one is trained on the episode's
+     * reward, which is therefore still required.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+     */
+    public Builder putAllModelRewards(
+        java.util.Map<java.lang.String, java.lang.Double> values) {
+      internalGetMutableModelRewards().getMutableMap()
+          .putAll(values);
+      bitField0_ |= 0x00000008;
       return this;
     }
     @java.lang.Override

@@ -65,4 +65,66 @@ public interface EndEpisodeRequestOrBuilder extends
    */
   com.google.protobuf.ByteString
       getRequestIdBytes();
+
+  /**
+   * <pre>
+   * Rewards for single models of the episode, by model name; each replaces an
+   * earlier one for its model. A model without one is trained on the episode's
+   * reward, which is therefore still required.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+   */
+  int getModelRewardsCount();
+  /**
+   * <pre>
+   * Rewards for single models of the episode, by model name; each replaces an
+   * earlier one for its model. A model without one is trained on the episode's
+   * reward, which is therefore still required.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+   */
+  boolean containsModelRewards(
+      java.lang.String key);
+  /**
+   * Use {@link #getModelRewardsMap()} instead.
+   */
+  @java.lang.Deprecated
+  java.util.Map<java.lang.String, java.lang.Double>
+  getModelRewards();
+  /**
+   * <pre>
+   * Rewards for single models of the episode, by model name; each replaces an
+   * earlier one for its model. A model without one is trained on the episode's
+   * reward, which is therefore still required.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+   */
+  java.util.Map<java.lang.String, java.lang.Double>
+  getModelRewardsMap();
+  /**
+   * <pre>
+   * Rewards for single models of the episode, by model name; each replaces an
+   * earlier one for its model. A model without one is trained on the episode's
+   * reward, which is therefore still required.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+   */
+  double getModelRewardsOrDefault(
+      java.lang.String key,
+      double defaultValue);
+  /**
+   * <pre>
+   * Rewards for single models of the episode, by model name; each replaces an
+   * earlier one for its model. A model without one is trained on the episode's
+   * reward, which is therefore still required.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 4 [json_name = "modelRewards"];</code>
+   */
+  double getModelRewardsOrThrow(
+      java.lang.String key);
 }

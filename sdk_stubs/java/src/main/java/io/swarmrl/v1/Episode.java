@@ -54,6 +54,8 @@ private static final long serialVersionUID = 0L;
     switch (number) {
       case 13:
         return internalGetLabels();
+      case 14:
+        return internalGetModelRewards();
       default:
         throw new RuntimeException(
             "Invalid map field number: " + number);
@@ -655,6 +657,103 @@ java.lang.String defaultValue) {
     return map.get(key);
   }
 
+  public static final int MODEL_REWARDS_FIELD_NUMBER = 14;
+  private static final class ModelRewardsDefaultEntryHolder {
+    static final com.google.protobuf.MapEntry<
+        java.lang.String, java.lang.Double> defaultEntry =
+            com.google.protobuf.MapEntry
+            .<java.lang.String, java.lang.Double>newDefaultInstance(
+                io.swarmrl.v1.EpisodeServiceProto.internal_static_swarmrl_v1_Episode_ModelRewardsEntry_descriptor, 
+                com.google.protobuf.WireFormat.FieldType.STRING,
+                "",
+                com.google.protobuf.WireFormat.FieldType.DOUBLE,
+                0D);
+  }
+  @SuppressWarnings("serial")
+  private com.google.protobuf.MapField<
+      java.lang.String, java.lang.Double> modelRewards_;
+  private com.google.protobuf.MapField<java.lang.String, java.lang.Double>
+  internalGetModelRewards() {
+    if (modelRewards_ == null) {
+      return com.google.protobuf.MapField.emptyMapField(
+          ModelRewardsDefaultEntryHolder.defaultEntry);
+    }
+    return modelRewards_;
+  }
+  public int getModelRewardsCount() {
+    return internalGetModelRewards().getMap().size();
+  }
+  /**
+   * <pre>
+   * Rewards given to single models, by model name; the others get the
+   * episode's reward.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public boolean containsModelRewards(
+      java.lang.String key) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    return internalGetModelRewards().getMap().containsKey(key);
+  }
+  /**
+   * Use {@link #getModelRewardsMap()} instead.
+   */
+  @java.lang.Override
+  @java.lang.Deprecated
+  public java.util.Map<java.lang.String, java.lang.Double> getModelRewards() {
+    return getModelRewardsMap();
+  }
+  /**
+   * <pre>
+   * Rewards given to single models, by model name; the others get the
+   * episode's reward.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public java.util.Map<java.lang.String, java.lang.Double> getModelRewardsMap() {
+    return internalGetModelRewards().getMap();
+  }
+  /**
+   * <pre>
+   * Rewards given to single models, by model name; the others get the
+   * episode's reward.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public double getModelRewardsOrDefault(
+      java.lang.String key,
+      double defaultValue) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    java.util.Map<java.lang.String, java.lang.Double> map =
+        internalGetModelRewards().getMap();
+    return map.containsKey(key) ? map.get(key) : defaultValue;
+  }
+  /**
+   * <pre>
+   * Rewards given to single models, by model name; the others get the
+   * episode's reward.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public double getModelRewardsOrThrow(
+      java.lang.String key) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    java.util.Map<java.lang.String, java.lang.Double> map =
+        internalGetModelRewards().getMap();
+    if (!map.containsKey(key)) {
+      throw new java.lang.IllegalArgumentException();
+    }
+    return map.get(key);
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -711,6 +810,12 @@ java.lang.String defaultValue) {
         internalGetLabels(),
         LabelsDefaultEntryHolder.defaultEntry,
         13);
+    com.google.protobuf.GeneratedMessageV3
+      .serializeStringMapTo(
+        output,
+        internalGetModelRewards(),
+        ModelRewardsDefaultEntryHolder.defaultEntry,
+        14);
     getUnknownFields().writeTo(output);
   }
 
@@ -777,6 +882,16 @@ java.lang.String defaultValue) {
       size += com.google.protobuf.CodedOutputStream
           .computeMessageSize(13, labels__);
     }
+    for (java.util.Map.Entry<java.lang.String, java.lang.Double> entry
+         : internalGetModelRewards().getMap().entrySet()) {
+      com.google.protobuf.MapEntry<java.lang.String, java.lang.Double>
+      modelRewards__ = ModelRewardsDefaultEntryHolder.defaultEntry.newBuilderForType()
+          .setKey(entry.getKey())
+          .setValue(entry.getValue())
+          .build();
+      size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(14, modelRewards__);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -827,6 +942,8 @@ java.lang.String defaultValue) {
         .equals(other.getAbortReason())) return false;
     if (!internalGetLabels().equals(
         other.internalGetLabels())) return false;
+    if (!internalGetModelRewards().equals(
+        other.internalGetModelRewards())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -876,6 +993,10 @@ java.lang.String defaultValue) {
     if (!internalGetLabels().getMap().isEmpty()) {
       hash = (37 * hash) + LABELS_FIELD_NUMBER;
       hash = (53 * hash) + internalGetLabels().hashCode();
+    }
+    if (!internalGetModelRewards().getMap().isEmpty()) {
+      hash = (37 * hash) + MODEL_REWARDS_FIELD_NUMBER;
+      hash = (53 * hash) + internalGetModelRewards().hashCode();
     }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
@@ -994,6 +1115,8 @@ java.lang.String defaultValue) {
       switch (number) {
         case 13:
           return internalGetLabels();
+        case 14:
+          return internalGetModelRewards();
         default:
           throw new RuntimeException(
               "Invalid map field number: " + number);
@@ -1005,6 +1128,8 @@ java.lang.String defaultValue) {
       switch (number) {
         case 13:
           return internalGetMutableLabels();
+        case 14:
+          return internalGetMutableModelRewards();
         default:
           throw new RuntimeException(
               "Invalid map field number: " + number);
@@ -1060,6 +1185,7 @@ java.lang.String defaultValue) {
       }
       abortReason_ = "";
       internalGetMutableLabels().clear();
+      internalGetMutableModelRewards().clear();
       return this;
     }
 
@@ -1150,6 +1276,10 @@ java.lang.String defaultValue) {
       if (((from_bitField0_ & 0x00001000) != 0)) {
         result.labels_ = internalGetLabels();
         result.labels_.makeImmutable();
+      }
+      if (((from_bitField0_ & 0x00002000) != 0)) {
+        result.modelRewards_ = internalGetModelRewards();
+        result.modelRewards_.makeImmutable();
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -1277,6 +1407,9 @@ java.lang.String defaultValue) {
       internalGetMutableLabels().mergeFrom(
           other.internalGetLabels());
       bitField0_ |= 0x00001000;
+      internalGetMutableModelRewards().mergeFrom(
+          other.internalGetModelRewards());
+      bitField0_ |= 0x00002000;
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -1385,6 +1518,15 @@ java.lang.String defaultValue) {
               bitField0_ |= 0x00001000;
               break;
             } // case 106
+            case 114: {
+              com.google.protobuf.MapEntry<java.lang.String, java.lang.Double>
+              modelRewards__ = input.readMessage(
+                  ModelRewardsDefaultEntryHolder.defaultEntry.getParserForType(), extensionRegistry);
+              internalGetMutableModelRewards().getMutableMap().put(
+                  modelRewards__.getKey(), modelRewards__.getValue());
+              bitField0_ |= 0x00002000;
+              break;
+            } // case 114
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -2949,6 +3091,166 @@ java.lang.String defaultValue) {
       internalGetMutableLabels().getMutableMap()
           .putAll(values);
       bitField0_ |= 0x00001000;
+      return this;
+    }
+
+    private com.google.protobuf.MapField<
+        java.lang.String, java.lang.Double> modelRewards_;
+    private com.google.protobuf.MapField<java.lang.String, java.lang.Double>
+        internalGetModelRewards() {
+      if (modelRewards_ == null) {
+        return com.google.protobuf.MapField.emptyMapField(
+            ModelRewardsDefaultEntryHolder.defaultEntry);
+      }
+      return modelRewards_;
+    }
+    private com.google.protobuf.MapField<java.lang.String, java.lang.Double>
+        internalGetMutableModelRewards() {
+      if (modelRewards_ == null) {
+        modelRewards_ = com.google.protobuf.MapField.newMapField(
+            ModelRewardsDefaultEntryHolder.defaultEntry);
+      }
+      if (!modelRewards_.isMutable()) {
+        modelRewards_ = modelRewards_.copy();
+      }
+      bitField0_ |= 0x00002000;
+      onChanged();
+      return modelRewards_;
+    }
+    public int getModelRewardsCount() {
+      return internalGetModelRewards().getMap().size();
+    }
+    /**
+     * <pre>
+     * Rewards given to single models, by model name; the others get the
+     * episode's reward.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public boolean containsModelRewards(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      return internalGetModelRewards().getMap().containsKey(key);
+    }
+    /**
+     * Use {@link #getModelRewardsMap()} instead.
+     */
+    @java.lang.Override
+    @java.lang.Deprecated
+    public java.util.Map<java.lang.String, java.lang.Double> getModelRewards() {
+      return getModelRewardsMap();
+    }
+    /**
+     * <pre>
+     * Rewards given to single models, by model name; the others get the
+     * episode's reward.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public java.util.Map<java.lang.String, java.lang.Double> getModelRewardsMap() {
+      return internalGetModelRewards().getMap();
+    }
+    /**
+     * <pre>
+     * Rewards given to single models, by model name; the others get the
+     * episode's reward.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public double getModelRewardsOrDefault(
+        java.lang.String key,
+        double defaultValue) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      java.util.Map<java.lang.String, java.lang.Double> map =
+          internalGetModelRewards().getMap();
+      return map.containsKey(key) ? map.get(key) : defaultValue;
+    }
+    /**
+     * <pre>
+     * Rewards given to single models, by model name; the others get the
+     * episode's reward.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public double getModelRewardsOrThrow(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      java.util.Map<java.lang.String, java.lang.Double> map =
+          internalGetModelRewards().getMap();
+      if (!map.containsKey(key)) {
+        throw new java.lang.IllegalArgumentException();
+      }
+      return map.get(key);
+    }
+    public Builder clearModelRewards() {
+      bitField0_ = (bitField0_ & ~0x00002000);
+      internalGetMutableModelRewards().getMutableMap()
+          .clear();
+      return this;
+    }
+    /**
+     * <pre>
+     * Rewards given to single models, by model name; the others get the
+     * episode's reward.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+     */
+    public Builder removeModelRewards(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      internalGetMutableModelRewards().getMutableMap()
+          .remove(key);
+      return this;
+    }
+    /**
+     * Use alternate mutation accessors instead.
+     */
+    @java.lang.Deprecated
+    public java.util.Map<java.lang.String, java.lang.Double>
+        getMutableModelRewards() {
+      bitField0_ |= 0x00002000;
+      return internalGetMutableModelRewards().getMutableMap();
+    }
+    /**
+     * <pre>
+     * Rewards given to single models, by model name; the others get the
+     * episode's reward.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+     */
+    public Builder putModelRewards(
+        java.lang.String key,
+        double value) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      
+      internalGetMutableModelRewards().getMutableMap()
+          .put(key, value);
+      bitField0_ |= 0x00002000;
+      return this;
+    }
+    /**
+     * <pre>
+     * Rewards given to single models, by model name; the others get the
+     * episode's reward.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+     */
+    public Builder putAllModelRewards(
+        java.util.Map<java.lang.String, java.lang.Double> values) {
+      internalGetMutableModelRewards().getMutableMap()
+          .putAll(values);
+      bitField0_ |= 0x00002000;
       return this;
     }
     @java.lang.Override

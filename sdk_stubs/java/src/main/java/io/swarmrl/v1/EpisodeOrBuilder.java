@@ -347,4 +347,61 @@ java.lang.String defaultValue);
    */
   java.lang.String getLabelsOrThrow(
       java.lang.String key);
+
+  /**
+   * <pre>
+   * Rewards given to single models, by model name; the others get the
+   * episode's reward.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+   */
+  int getModelRewardsCount();
+  /**
+   * <pre>
+   * Rewards given to single models, by model name; the others get the
+   * episode's reward.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+   */
+  boolean containsModelRewards(
+      java.lang.String key);
+  /**
+   * Use {@link #getModelRewardsMap()} instead.
+   */
+  @java.lang.Deprecated
+  java.util.Map<java.lang.String, java.lang.Double>
+  getModelRewards();
+  /**
+   * <pre>
+   * Rewards given to single models, by model name; the others get the
+   * episode's reward.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+   */
+  java.util.Map<java.lang.String, java.lang.Double>
+  getModelRewardsMap();
+  /**
+   * <pre>
+   * Rewards given to single models, by model name; the others get the
+   * episode's reward.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+   */
+  double getModelRewardsOrDefault(
+      java.lang.String key,
+      double defaultValue);
+  /**
+   * <pre>
+   * Rewards given to single models, by model name; the others get the
+   * episode's reward.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 14 [json_name = "modelRewards"];</code>
+   */
+  double getModelRewardsOrThrow(
+      java.lang.String key);
 }

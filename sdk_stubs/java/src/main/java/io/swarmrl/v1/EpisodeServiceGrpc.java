@@ -295,9 +295,9 @@ public final class EpisodeServiceGrpc {
 
     /**
      * <pre>
-     * Records a reward for the episode, or for one of its calls.
-     * INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-     * the episode is not open.
+     * Records a reward for the episode, for one of its models, or for one of
+     * its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+     * episode does not list, FAILED_PRECONDITION when the episode is not open.
      * </pre>
      */
     public void submitReward(io.swarmrl.v1.SubmitRewardRequest request,
@@ -307,8 +307,9 @@ public final class EpisodeServiceGrpc {
 
     /**
      * <pre>
-     * Ends an episode. Once this returns, the episode is durable and eligible
-     * for training. FAILED_PRECONDITION when it was already ended or aborted
+     * Ends an episode. Once this returns, the episode is durable and queued for
+     * training by every model it lists, in one store transaction: a server
+     * killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
      * (unless the request_id repeats the call that ended it) or has no reward.
      * </pre>
      */
@@ -435,9 +436,9 @@ public final class EpisodeServiceGrpc {
 
     /**
      * <pre>
-     * Records a reward for the episode, or for one of its calls.
-     * INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-     * the episode is not open.
+     * Records a reward for the episode, for one of its models, or for one of
+     * its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+     * episode does not list, FAILED_PRECONDITION when the episode is not open.
      * </pre>
      */
     public void submitReward(io.swarmrl.v1.SubmitRewardRequest request,
@@ -448,8 +449,9 @@ public final class EpisodeServiceGrpc {
 
     /**
      * <pre>
-     * Ends an episode. Once this returns, the episode is durable and eligible
-     * for training. FAILED_PRECONDITION when it was already ended or aborted
+     * Ends an episode. Once this returns, the episode is durable and queued for
+     * training by every model it lists, in one store transaction: a server
+     * killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
      * (unless the request_id repeats the call that ended it) or has no reward.
      * </pre>
      */
@@ -531,9 +533,9 @@ public final class EpisodeServiceGrpc {
 
     /**
      * <pre>
-     * Records a reward for the episode, or for one of its calls.
-     * INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-     * the episode is not open.
+     * Records a reward for the episode, for one of its models, or for one of
+     * its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+     * episode does not list, FAILED_PRECONDITION when the episode is not open.
      * </pre>
      */
     public io.swarmrl.v1.SubmitRewardResponse submitReward(io.swarmrl.v1.SubmitRewardRequest request) {
@@ -543,8 +545,9 @@ public final class EpisodeServiceGrpc {
 
     /**
      * <pre>
-     * Ends an episode. Once this returns, the episode is durable and eligible
-     * for training. FAILED_PRECONDITION when it was already ended or aborted
+     * Ends an episode. Once this returns, the episode is durable and queued for
+     * training by every model it lists, in one store transaction: a server
+     * killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
      * (unless the request_id repeats the call that ended it) or has no reward.
      * </pre>
      */
@@ -609,9 +612,9 @@ public final class EpisodeServiceGrpc {
 
     /**
      * <pre>
-     * Records a reward for the episode, or for one of its calls.
-     * INVALID_ARGUMENT for a reward that is not finite, FAILED_PRECONDITION when
-     * the episode is not open.
+     * Records a reward for the episode, for one of its models, or for one of
+     * its calls. INVALID_ARGUMENT for a reward that is not finite or a model the
+     * episode does not list, FAILED_PRECONDITION when the episode is not open.
      * </pre>
      */
     public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.SubmitRewardResponse> submitReward(
@@ -622,8 +625,9 @@ public final class EpisodeServiceGrpc {
 
     /**
      * <pre>
-     * Ends an episode. Once this returns, the episode is durable and eligible
-     * for training. FAILED_PRECONDITION when it was already ended or aborted
+     * Ends an episode. Once this returns, the episode is durable and queued for
+     * training by every model it lists, in one store transaction: a server
+     * killed meanwhile leaves it queued for all of them or for none. FAILED_PRECONDITION when it was already ended or aborted
      * (unless the request_id repeats the call that ended it) or has no reward.
      * </pre>
      */

@@ -80,10 +80,20 @@ public final class EpisodeServiceProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_swarmrl_v1_SubmitRewardResponse_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_SubmitRewardResponse_ModelRewardsEntry_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_SubmitRewardResponse_ModelRewardsEntry_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_swarmrl_v1_EndEpisodeRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_swarmrl_v1_EndEpisodeRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_EndEpisodeRequest_ModelRewardsEntry_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_EndEpisodeRequest_ModelRewardsEntry_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
     internal_static_swarmrl_v1_EndEpisodeResponse_descriptor;
   static final 
@@ -119,6 +129,11 @@ public final class EpisodeServiceProto {
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_swarmrl_v1_Episode_LabelsEntry_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_Episode_ModelRewardsEntry_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_Episode_ModelRewardsEntry_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
     internal_static_swarmrl_v1_CallRecord_descriptor;
   static final 
@@ -178,63 +193,75 @@ public final class EpisodeServiceProto {
       "ChatMessageR\007message\022\'\n\005usage\030\t \001(\0132\021.sw" +
       "armrl.v1.UsageR\005usage\022:\n\014top_logprobs\030\n " +
       "\003(\0132\027.swarmrl.v1.TopLogprobsR\013topLogprob" +
-      "s\022\024\n\005model\030\013 \001(\tR\005model\"\202\001\n\023SubmitReward" +
+      "s\022\024\n\005model\030\013 \001(\tR\005model\"\230\001\n\023SubmitReward" +
       "Request\022\035\n\nepisode_id\030\001 \001(\tR\tepisodeId\022\024" +
       "\n\005value\030\002 \001(\001R\005value\022\027\n\007call_id\030\003 \001(\tR\006c" +
-      "allId\022\035\n\nrequest_id\030\004 \001(\tR\trequestId\"U\n\024" +
-      "SubmitRewardResponse\022*\n\016episode_reward\030\001" +
-      " \001(\001H\000R\repisodeReward\210\001\001B\021\n\017_episode_rew" +
-      "ard\"y\n\021EndEpisodeRequest\022\035\n\nepisode_id\030\001" +
-      " \001(\tR\tepisodeId\022\033\n\006reward\030\002 \001(\001H\000R\006rewar" +
-      "d\210\001\001\022\035\n\nrequest_id\030\003 \001(\tR\trequestIdB\t\n\007_" +
-      "reward\"C\n\022EndEpisodeResponse\022-\n\007episode\030" +
-      "\001 \001(\0132\023.swarmrl.v1.EpisodeR\007episode\"k\n\023A" +
-      "bortEpisodeRequest\022\035\n\nepisode_id\030\001 \001(\tR\t" +
-      "episodeId\022\026\n\006reason\030\002 \001(\tR\006reason\022\035\n\nreq" +
-      "uest_id\030\003 \001(\tR\trequestId\"E\n\024AbortEpisode" +
-      "Response\022-\n\007episode\030\001 \001(\0132\023.swarmrl.v1.E" +
-      "pisodeR\007episode\"W\n\021GetEpisodeRequest\022\035\n\n" +
-      "episode_id\030\001 \001(\tR\tepisodeId\022#\n\rinclude_c" +
-      "alls\030\002 \001(\010R\014includeCalls\"C\n\022GetEpisodeRe" +
-      "sponse\022-\n\007episode\030\001 \001(\0132\023.swarmrl.v1.Epi" +
-      "sodeR\007episode\"\305\004\n\007Episode\022\035\n\nepisode_id\030" +
-      "\001 \001(\tR\tepisodeId\022.\n\005state\030\002 \001(\0162\030.swarmr" +
-      "l.v1.EpisodeStateR\005state\022\027\n\007task_id\030\003 \001(" +
-      "\tR\006taskId\022\031\n\010group_id\030\004 \001(\tR\007groupId\022#\n\r" +
-      "agent_version\030\005 \001(\tR\014agentVersion\022\026\n\006mod" +
-      "els\030\006 \003(\tR\006models\022\033\n\006reward\030\007 \001(\001H\000R\006rew" +
-      "ard\210\001\001\022\033\n\tnum_calls\030\010 \001(\005R\010numCalls\022,\n\005c" +
-      "alls\030\t \003(\0132\026.swarmrl.v1.CallRecordR\005call" +
-      "s\0229\n\nstart_time\030\n \001(\0132\032.google.protobuf." +
-      "TimestampR\tstartTime\0225\n\010end_time\030\013 \001(\0132\032" +
-      ".google.protobuf.TimestampR\007endTime\022!\n\014a" +
-      "bort_reason\030\014 \001(\tR\013abortReason\0227\n\006labels" +
-      "\030\r \003(\0132\037.swarmrl.v1.Episode.LabelsEntryR" +
-      "\006labels\0329\n\013LabelsEntry\022\020\n\003key\030\001 \001(\tR\003key" +
-      "\022\024\n\005value\030\002 \001(\tR\005value:\0028\001B\t\n\007_reward\"\321\002" +
-      "\n\nCallRecord\022\027\n\007call_id\030\001 \001(\tR\006callId\022\024\n" +
-      "\005model\030\002 \001(\tR\005model\022\035\n\nprompt_ids\030\003 \003(\rR" +
-      "\tpromptIds\022%\n\016completion_ids\030\004 \003(\rR\rcomp" +
-      "letionIds\022\032\n\010logprobs\030\005 \003(\002R\010logprobs\022%\n" +
-      "\016policy_version\030\006 \001(\003R\rpolicyVersion\022=\n\r" +
-      "finish_reason\030\007 \001(\0162\030.swarmrl.v1.FinishR" +
-      "easonR\014finishReason\022\033\n\006reward\030\010 \001(\001H\000R\006r" +
-      "eward\210\001\001\022$\n\016parent_call_id\030\t \001(\tR\014parent" +
-      "CallIdB\t\n\007_reward2\205\004\n\016EpisodeService\022V\n\014" +
-      "StartEpisode\022\037.swarmrl.v1.StartEpisodeRe" +
-      "quest\032 .swarmrl.v1.StartEpisodeResponse\"" +
-      "\003\220\002\002\022G\n\010Generate\022\033.swarmrl.v1.GenerateRe" +
-      "quest\032\034.swarmrl.v1.GenerateResponse0\001\022V\n" +
-      "\014SubmitReward\022\037.swarmrl.v1.SubmitRewardR" +
-      "equest\032 .swarmrl.v1.SubmitRewardResponse" +
-      "\"\003\220\002\002\022P\n\nEndEpisode\022\035.swarmrl.v1.EndEpis" +
-      "odeRequest\032\036.swarmrl.v1.EndEpisodeRespon" +
-      "se\"\003\220\002\002\022V\n\014AbortEpisode\022\037.swarmrl.v1.Abo" +
-      "rtEpisodeRequest\032 .swarmrl.v1.AbortEpiso" +
-      "deResponse\"\003\220\002\002\022P\n\nGetEpisode\022\035.swarmrl." +
-      "v1.GetEpisodeRequest\032\036.swarmrl.v1.GetEpi" +
-      "sodeResponse\"\003\220\002\001B&\n\rio.swarmrl.v1B\023Epis" +
-      "odeServiceProtoP\001b\006proto3"
+      "allId\022\035\n\nrequest_id\030\004 \001(\tR\trequestId\022\024\n\005" +
+      "model\030\005 \001(\tR\005model\"\357\001\n\024SubmitRewardRespo" +
+      "nse\022*\n\016episode_reward\030\001 \001(\001H\000R\repisodeRe" +
+      "ward\210\001\001\022W\n\rmodel_rewards\030\002 \003(\01322.swarmrl" +
+      ".v1.SubmitRewardResponse.ModelRewardsEnt" +
+      "ryR\014modelRewards\032?\n\021ModelRewardsEntry\022\020\n" +
+      "\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005value:\0028" +
+      "\001B\021\n\017_episode_reward\"\220\002\n\021EndEpisodeReque" +
+      "st\022\035\n\nepisode_id\030\001 \001(\tR\tepisodeId\022\033\n\006rew" +
+      "ard\030\002 \001(\001H\000R\006reward\210\001\001\022\035\n\nrequest_id\030\003 \001" +
+      "(\tR\trequestId\022T\n\rmodel_rewards\030\004 \003(\0132/.s" +
+      "warmrl.v1.EndEpisodeRequest.ModelRewards" +
+      "EntryR\014modelRewards\032?\n\021ModelRewardsEntry" +
+      "\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005value" +
+      ":\0028\001B\t\n\007_reward\"C\n\022EndEpisodeResponse\022-\n" +
+      "\007episode\030\001 \001(\0132\023.swarmrl.v1.EpisodeR\007epi" +
+      "sode\"k\n\023AbortEpisodeRequest\022\035\n\nepisode_i" +
+      "d\030\001 \001(\tR\tepisodeId\022\026\n\006reason\030\002 \001(\tR\006reas" +
+      "on\022\035\n\nrequest_id\030\003 \001(\tR\trequestId\"E\n\024Abo" +
+      "rtEpisodeResponse\022-\n\007episode\030\001 \001(\0132\023.swa" +
+      "rmrl.v1.EpisodeR\007episode\"W\n\021GetEpisodeRe" +
+      "quest\022\035\n\nepisode_id\030\001 \001(\tR\tepisodeId\022#\n\r" +
+      "include_calls\030\002 \001(\010R\014includeCalls\"C\n\022Get" +
+      "EpisodeResponse\022-\n\007episode\030\001 \001(\0132\023.swarm" +
+      "rl.v1.EpisodeR\007episode\"\322\005\n\007Episode\022\035\n\nep" +
+      "isode_id\030\001 \001(\tR\tepisodeId\022.\n\005state\030\002 \001(\016" +
+      "2\030.swarmrl.v1.EpisodeStateR\005state\022\027\n\007tas" +
+      "k_id\030\003 \001(\tR\006taskId\022\031\n\010group_id\030\004 \001(\tR\007gr" +
+      "oupId\022#\n\ragent_version\030\005 \001(\tR\014agentVersi" +
+      "on\022\026\n\006models\030\006 \003(\tR\006models\022\033\n\006reward\030\007 \001" +
+      "(\001H\000R\006reward\210\001\001\022\033\n\tnum_calls\030\010 \001(\005R\010numC" +
+      "alls\022,\n\005calls\030\t \003(\0132\026.swarmrl.v1.CallRec" +
+      "ordR\005calls\0229\n\nstart_time\030\n \001(\0132\032.google." +
+      "protobuf.TimestampR\tstartTime\0225\n\010end_tim" +
+      "e\030\013 \001(\0132\032.google.protobuf.TimestampR\007end" +
+      "Time\022!\n\014abort_reason\030\014 \001(\tR\013abortReason\022" +
+      "7\n\006labels\030\r \003(\0132\037.swarmrl.v1.Episode.Lab" +
+      "elsEntryR\006labels\022J\n\rmodel_rewards\030\016 \003(\0132" +
+      "%.swarmrl.v1.Episode.ModelRewardsEntryR\014" +
+      "modelRewards\0329\n\013LabelsEntry\022\020\n\003key\030\001 \001(\t" +
+      "R\003key\022\024\n\005value\030\002 \001(\tR\005value:\0028\001\032?\n\021Model" +
+      "RewardsEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030" +
+      "\002 \001(\001R\005value:\0028\001B\t\n\007_reward\"\321\002\n\nCallReco" +
+      "rd\022\027\n\007call_id\030\001 \001(\tR\006callId\022\024\n\005model\030\002 \001" +
+      "(\tR\005model\022\035\n\nprompt_ids\030\003 \003(\rR\tpromptIds" +
+      "\022%\n\016completion_ids\030\004 \003(\rR\rcompletionIds\022" +
+      "\032\n\010logprobs\030\005 \003(\002R\010logprobs\022%\n\016policy_ve" +
+      "rsion\030\006 \001(\003R\rpolicyVersion\022=\n\rfinish_rea" +
+      "son\030\007 \001(\0162\030.swarmrl.v1.FinishReasonR\014fin" +
+      "ishReason\022\033\n\006reward\030\010 \001(\001H\000R\006reward\210\001\001\022$" +
+      "\n\016parent_call_id\030\t \001(\tR\014parentCallIdB\t\n\007" +
+      "_reward2\205\004\n\016EpisodeService\022V\n\014StartEpiso" +
+      "de\022\037.swarmrl.v1.StartEpisodeRequest\032 .sw" +
+      "armrl.v1.StartEpisodeResponse\"\003\220\002\002\022G\n\010Ge" +
+      "nerate\022\033.swarmrl.v1.GenerateRequest\032\034.sw" +
+      "armrl.v1.GenerateResponse0\001\022V\n\014SubmitRew" +
+      "ard\022\037.swarmrl.v1.SubmitRewardRequest\032 .s" +
+      "warmrl.v1.SubmitRewardResponse\"\003\220\002\002\022P\n\nE" +
+      "ndEpisode\022\035.swarmrl.v1.EndEpisodeRequest" +
+      "\032\036.swarmrl.v1.EndEpisodeResponse\"\003\220\002\002\022V\n" +
+      "\014AbortEpisode\022\037.swarmrl.v1.AbortEpisodeR" +
+      "equest\032 .swarmrl.v1.AbortEpisodeResponse" +
+      "\"\003\220\002\002\022P\n\nGetEpisode\022\035.swarmrl.v1.GetEpis" +
+      "odeRequest\032\036.swarmrl.v1.GetEpisodeRespon" +
+      "se\"\003\220\002\001B&\n\rio.swarmrl.v1B\023EpisodeService" +
+      "ProtoP\001b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -313,19 +340,31 @@ public final class EpisodeServiceProto {
     internal_static_swarmrl_v1_SubmitRewardRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_SubmitRewardRequest_descriptor,
-        new java.lang.String[] { "EpisodeId", "Value", "CallId", "RequestId", });
+        new java.lang.String[] { "EpisodeId", "Value", "CallId", "RequestId", "Model", });
     internal_static_swarmrl_v1_SubmitRewardResponse_descriptor =
       getDescriptor().getMessageTypes().get(11);
     internal_static_swarmrl_v1_SubmitRewardResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_SubmitRewardResponse_descriptor,
-        new java.lang.String[] { "EpisodeReward", "EpisodeReward", });
+        new java.lang.String[] { "EpisodeReward", "ModelRewards", "EpisodeReward", });
+    internal_static_swarmrl_v1_SubmitRewardResponse_ModelRewardsEntry_descriptor =
+      internal_static_swarmrl_v1_SubmitRewardResponse_descriptor.getNestedTypes().get(0);
+    internal_static_swarmrl_v1_SubmitRewardResponse_ModelRewardsEntry_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_SubmitRewardResponse_ModelRewardsEntry_descriptor,
+        new java.lang.String[] { "Key", "Value", });
     internal_static_swarmrl_v1_EndEpisodeRequest_descriptor =
       getDescriptor().getMessageTypes().get(12);
     internal_static_swarmrl_v1_EndEpisodeRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_EndEpisodeRequest_descriptor,
-        new java.lang.String[] { "EpisodeId", "Reward", "RequestId", "Reward", });
+        new java.lang.String[] { "EpisodeId", "Reward", "RequestId", "ModelRewards", "Reward", });
+    internal_static_swarmrl_v1_EndEpisodeRequest_ModelRewardsEntry_descriptor =
+      internal_static_swarmrl_v1_EndEpisodeRequest_descriptor.getNestedTypes().get(0);
+    internal_static_swarmrl_v1_EndEpisodeRequest_ModelRewardsEntry_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_EndEpisodeRequest_ModelRewardsEntry_descriptor,
+        new java.lang.String[] { "Key", "Value", });
     internal_static_swarmrl_v1_EndEpisodeResponse_descriptor =
       getDescriptor().getMessageTypes().get(13);
     internal_static_swarmrl_v1_EndEpisodeResponse_fieldAccessorTable = new
@@ -361,12 +400,18 @@ public final class EpisodeServiceProto {
     internal_static_swarmrl_v1_Episode_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_Episode_descriptor,
-        new java.lang.String[] { "EpisodeId", "State", "TaskId", "GroupId", "AgentVersion", "Models", "Reward", "NumCalls", "Calls", "StartTime", "EndTime", "AbortReason", "Labels", "Reward", });
+        new java.lang.String[] { "EpisodeId", "State", "TaskId", "GroupId", "AgentVersion", "Models", "Reward", "NumCalls", "Calls", "StartTime", "EndTime", "AbortReason", "Labels", "ModelRewards", "Reward", });
     internal_static_swarmrl_v1_Episode_LabelsEntry_descriptor =
       internal_static_swarmrl_v1_Episode_descriptor.getNestedTypes().get(0);
     internal_static_swarmrl_v1_Episode_LabelsEntry_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_Episode_LabelsEntry_descriptor,
+        new java.lang.String[] { "Key", "Value", });
+    internal_static_swarmrl_v1_Episode_ModelRewardsEntry_descriptor =
+      internal_static_swarmrl_v1_Episode_descriptor.getNestedTypes().get(1);
+    internal_static_swarmrl_v1_Episode_ModelRewardsEntry_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_Episode_ModelRewardsEntry_descriptor,
         new java.lang.String[] { "Key", "Value", });
     internal_static_swarmrl_v1_CallRecord_descriptor =
       getDescriptor().getMessageTypes().get(19);

@@ -22,6 +22,7 @@ private static final long serialVersionUID = 0L;
   private OpenSessionRequest() {
     sessionId_ = "";
     clientName_ = "";
+    agentVersion_ = "";
   }
 
   @java.lang.Override
@@ -181,6 +182,55 @@ private static final long serialVersionUID = 0L;
     return lease_ == null ? com.google.protobuf.Duration.getDefaultInstance() : lease_;
   }
 
+  public static final int AGENT_VERSION_FIELD_NUMBER = 4;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object agentVersion_ = "";
+  /**
+   * <pre>
+   * Version of the client's agent code: the agent version of the session's
+   * episodes that do not give their own.
+   * </pre>
+   *
+   * <code>string agent_version = 4 [json_name = "agentVersion"];</code>
+   * @return The agentVersion.
+   */
+  @java.lang.Override
+  public java.lang.String getAgentVersion() {
+    java.lang.Object ref = agentVersion_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      agentVersion_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * Version of the client's agent code: the agent version of the session's
+   * episodes that do not give their own.
+   * </pre>
+   *
+   * <code>string agent_version = 4 [json_name = "agentVersion"];</code>
+   * @return The bytes for agentVersion.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getAgentVersionBytes() {
+    java.lang.Object ref = agentVersion_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      agentVersion_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -204,6 +254,9 @@ private static final long serialVersionUID = 0L;
     if (lease_ != null) {
       output.writeMessage(3, getLease());
     }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(agentVersion_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 4, agentVersion_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -222,6 +275,9 @@ private static final long serialVersionUID = 0L;
     if (lease_ != null) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(3, getLease());
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(agentVersion_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(4, agentVersion_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -247,6 +303,8 @@ private static final long serialVersionUID = 0L;
       if (!getLease()
           .equals(other.getLease())) return false;
     }
+    if (!getAgentVersion()
+        .equals(other.getAgentVersion())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -266,6 +324,8 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + LEASE_FIELD_NUMBER;
       hash = (53 * hash) + getLease().hashCode();
     }
+    hash = (37 * hash) + AGENT_VERSION_FIELD_NUMBER;
+    hash = (53 * hash) + getAgentVersion().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -406,6 +466,7 @@ private static final long serialVersionUID = 0L;
         leaseBuilder_.dispose();
         leaseBuilder_ = null;
       }
+      agentVersion_ = "";
       return this;
     }
 
@@ -449,6 +510,9 @@ private static final long serialVersionUID = 0L;
         result.lease_ = leaseBuilder_ == null
             ? lease_
             : leaseBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.agentVersion_ = agentVersion_;
       }
     }
 
@@ -509,6 +573,11 @@ private static final long serialVersionUID = 0L;
       if (other.hasLease()) {
         mergeLease(other.getLease());
       }
+      if (!other.getAgentVersion().isEmpty()) {
+        agentVersion_ = other.agentVersion_;
+        bitField0_ |= 0x00000008;
+        onChanged();
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -552,6 +621,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000004;
               break;
             } // case 26
+            case 34: {
+              agentVersion_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 34
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -906,6 +980,103 @@ private static final long serialVersionUID = 0L;
         lease_ = null;
       }
       return leaseBuilder_;
+    }
+
+    private java.lang.Object agentVersion_ = "";
+    /**
+     * <pre>
+     * Version of the client's agent code: the agent version of the session's
+     * episodes that do not give their own.
+     * </pre>
+     *
+     * <code>string agent_version = 4 [json_name = "agentVersion"];</code>
+     * @return The agentVersion.
+     */
+    public java.lang.String getAgentVersion() {
+      java.lang.Object ref = agentVersion_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        agentVersion_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Version of the client's agent code: the agent version of the session's
+     * episodes that do not give their own.
+     * </pre>
+     *
+     * <code>string agent_version = 4 [json_name = "agentVersion"];</code>
+     * @return The bytes for agentVersion.
+     */
+    public com.google.protobuf.ByteString
+        getAgentVersionBytes() {
+      java.lang.Object ref = agentVersion_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        agentVersion_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Version of the client's agent code: the agent version of the session's
+     * episodes that do not give their own.
+     * </pre>
+     *
+     * <code>string agent_version = 4 [json_name = "agentVersion"];</code>
+     * @param value The agentVersion to set.
+     * @return This builder for chaining.
+     */
+    public Builder setAgentVersion(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      agentVersion_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Version of the client's agent code: the agent version of the session's
+     * episodes that do not give their own.
+     * </pre>
+     *
+     * <code>string agent_version = 4 [json_name = "agentVersion"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearAgentVersion() {
+      agentVersion_ = getDefaultInstance().getAgentVersion();
+      bitField0_ = (bitField0_ & ~0x00000008);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Version of the client's agent code: the agent version of the session's
+     * episodes that do not give their own.
+     * </pre>
+     *
+     * <code>string agent_version = 4 [json_name = "agentVersion"];</code>
+     * @param value The bytes for agentVersion to set.
+     * @return This builder for chaining.
+     */
+    public Builder setAgentVersionBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      agentVersion_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

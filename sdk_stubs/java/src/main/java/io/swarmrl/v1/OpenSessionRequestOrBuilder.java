@@ -73,4 +73,26 @@ public interface OpenSessionRequestOrBuilder extends
    * <code>.google.protobuf.Duration lease = 3 [json_name = "lease"];</code>
    */
   com.google.protobuf.DurationOrBuilder getLeaseOrBuilder();
+
+  /**
+   * <pre>
+   * Version of the client's agent code: the agent version of the session's
+   * episodes that do not give their own.
+   * </pre>
+   *
+   * <code>string agent_version = 4 [json_name = "agentVersion"];</code>
+   * @return The agentVersion.
+   */
+  java.lang.String getAgentVersion();
+  /**
+   * <pre>
+   * Version of the client's agent code: the agent version of the session's
+   * episodes that do not give their own.
+   * </pre>
+   *
+   * <code>string agent_version = 4 [json_name = "agentVersion"];</code>
+   * @return The bytes for agentVersion.
+   */
+  com.google.protobuf.ByteString
+      getAgentVersionBytes();
 }

@@ -94,51 +94,52 @@ public final class SessionServiceProto {
   static {
     java.lang.String[] descriptorData = {
       "\n swarmrl/v1/session_service.proto\022\nswar" +
-      "mrl.v1\032\036google/protobuf/duration.proto\"\205" +
+      "mrl.v1\032\036google/protobuf/duration.proto\"\252" +
       "\001\n\022OpenSessionRequest\022\035\n\nsession_id\030\001 \001(" +
       "\tR\tsessionId\022\037\n\013client_name\030\002 \001(\tR\nclien" +
       "tName\022/\n\005lease\030\003 \001(\0132\031.google.protobuf.D" +
-      "urationR\005lease\"\216\001\n\023OpenSessionResponse\022\035" +
-      "\n\nsession_id\030\001 \001(\tR\tsessionId\022/\n\005lease\030\002" +
-      " \001(\0132\031.google.protobuf.DurationR\005lease\022\'" +
-      "\n\017server_instance\030\003 \001(\tR\016serverInstance\"" +
-      "1\n\020HeartbeatRequest\022\035\n\nsession_id\030\001 \001(\tR" +
-      "\tsessionId\"i\n\021HeartbeatResponse\022/\n\005lease" +
-      "\030\001 \001(\0132\031.google.protobuf.DurationR\005lease" +
-      "\022#\n\ropen_episodes\030\002 \001(\005R\014openEpisodes\"4\n" +
-      "\023CloseSessionRequest\022\035\n\nsession_id\030\001 \001(\t" +
-      "R\tsessionId\"A\n\024CloseSessionResponse\022)\n\020a" +
-      "borted_episodes\030\001 \001(\005R\017abortedEpisodes\"I" +
-      "\n\022DeclareDoneRequest\022\035\n\nsession_id\030\001 \001(\t" +
-      "R\tsessionId\022\024\n\005model\030\002 \001(\tR\005model\"\025\n\023Dec" +
-      "lareDoneResponse\";\n\022WatchEventsRequest\022%" +
-      "\n\016after_sequence\030\001 \001(\004R\rafterSequence\"\252\002" +
-      "\n\023WatchEventsResponse\022\032\n\010sequence\030\001 \001(\004R" +
-      "\010sequence\022X\n\026policy_version_changed\030\002 \001(" +
-      "\0132 .swarmrl.v1.PolicyVersionChangedH\000R\024p" +
-      "olicyVersionChanged\022/\n\007pausing\030\003 \001(\0132\023.s" +
-      "warmrl.v1.PausingH\000R\007pausing\022/\n\007resumed\030" +
-      "\004 \001(\0132\023.swarmrl.v1.ResumedH\000R\007resumed\0222\n" +
-      "\010draining\030\005 \001(\0132\024.swarmrl.v1.DrainingH\000R" +
-      "\010drainingB\007\n\005event\"S\n\024PolicyVersionChang" +
-      "ed\022\024\n\005model\030\001 \001(\tR\005model\022%\n\016policy_versi" +
-      "on\030\002 \001(\003R\rpolicyVersion\"!\n\007Pausing\022\026\n\006re" +
-      "ason\030\001 \001(\tR\006reason\"!\n\007Resumed\022\026\n\006reason\030" +
-      "\001 \001(\tR\006reason\";\n\010Draining\022/\n\005grace\030\001 \001(\013" +
-      "2\031.google.protobuf.DurationR\005grace2\270\003\n\016S" +
-      "essionService\022S\n\013OpenSession\022\036.swarmrl.v" +
-      "1.OpenSessionRequest\032\037.swarmrl.v1.OpenSe" +
-      "ssionResponse\"\003\220\002\002\022M\n\tHeartbeat\022\034.swarmr" +
-      "l.v1.HeartbeatRequest\032\035.swarmrl.v1.Heart" +
-      "beatResponse\"\003\220\002\002\022V\n\014CloseSession\022\037.swar" +
-      "mrl.v1.CloseSessionRequest\032 .swarmrl.v1." +
-      "CloseSessionResponse\"\003\220\002\002\022S\n\013DeclareDone" +
-      "\022\036.swarmrl.v1.DeclareDoneRequest\032\037.swarm" +
-      "rl.v1.DeclareDoneResponse\"\003\220\002\002\022U\n\013WatchE" +
-      "vents\022\036.swarmrl.v1.WatchEventsRequest\032\037." +
-      "swarmrl.v1.WatchEventsResponse\"\003\220\002\0010\001B&\n" +
-      "\rio.swarmrl.v1B\023SessionServiceProtoP\001b\006p" +
-      "roto3"
+      "urationR\005lease\022#\n\ragent_version\030\004 \001(\tR\014a" +
+      "gentVersion\"\216\001\n\023OpenSessionResponse\022\035\n\ns" +
+      "ession_id\030\001 \001(\tR\tsessionId\022/\n\005lease\030\002 \001(" +
+      "\0132\031.google.protobuf.DurationR\005lease\022\'\n\017s" +
+      "erver_instance\030\003 \001(\tR\016serverInstance\"1\n\020" +
+      "HeartbeatRequest\022\035\n\nsession_id\030\001 \001(\tR\tse" +
+      "ssionId\"i\n\021HeartbeatResponse\022/\n\005lease\030\001 " +
+      "\001(\0132\031.google.protobuf.DurationR\005lease\022#\n" +
+      "\ropen_episodes\030\002 \001(\005R\014openEpisodes\"4\n\023Cl" +
+      "oseSessionRequest\022\035\n\nsession_id\030\001 \001(\tR\ts" +
+      "essionId\"A\n\024CloseSessionResponse\022)\n\020abor" +
+      "ted_episodes\030\001 \001(\005R\017abortedEpisodes\"I\n\022D" +
+      "eclareDoneRequest\022\035\n\nsession_id\030\001 \001(\tR\ts" +
+      "essionId\022\024\n\005model\030\002 \001(\tR\005model\"\025\n\023Declar" +
+      "eDoneResponse\";\n\022WatchEventsRequest\022%\n\016a" +
+      "fter_sequence\030\001 \001(\004R\rafterSequence\"\252\002\n\023W" +
+      "atchEventsResponse\022\032\n\010sequence\030\001 \001(\004R\010se" +
+      "quence\022X\n\026policy_version_changed\030\002 \001(\0132 " +
+      ".swarmrl.v1.PolicyVersionChangedH\000R\024poli" +
+      "cyVersionChanged\022/\n\007pausing\030\003 \001(\0132\023.swar" +
+      "mrl.v1.PausingH\000R\007pausing\022/\n\007resumed\030\004 \001" +
+      "(\0132\023.swarmrl.v1.ResumedH\000R\007resumed\0222\n\010dr" +
+      "aining\030\005 \001(\0132\024.swarmrl.v1.DrainingH\000R\010dr" +
+      "ainingB\007\n\005event\"S\n\024PolicyVersionChanged\022" +
+      "\024\n\005model\030\001 \001(\tR\005model\022%\n\016policy_version\030" +
+      "\002 \001(\003R\rpolicyVersion\"!\n\007Pausing\022\026\n\006reaso" +
+      "n\030\001 \001(\tR\006reason\"!\n\007Resumed\022\026\n\006reason\030\001 \001" +
+      "(\tR\006reason\";\n\010Draining\022/\n\005grace\030\001 \001(\0132\031." +
+      "google.protobuf.DurationR\005grace2\270\003\n\016Sess" +
+      "ionService\022S\n\013OpenSession\022\036.swarmrl.v1.O" +
+      "penSessionRequest\032\037.swarmrl.v1.OpenSessi" +
+      "onResponse\"\003\220\002\002\022M\n\tHeartbeat\022\034.swarmrl.v" +
+      "1.HeartbeatRequest\032\035.swarmrl.v1.Heartbea" +
+      "tResponse\"\003\220\002\002\022V\n\014CloseSession\022\037.swarmrl" +
+      ".v1.CloseSessionRequest\032 .swarmrl.v1.Clo" +
+      "seSessionResponse\"\003\220\002\002\022S\n\013DeclareDone\022\036." +
+      "swarmrl.v1.DeclareDoneRequest\032\037.swarmrl." +
+      "v1.DeclareDoneResponse\"\003\220\002\002\022U\n\013WatchEven" +
+      "ts\022\036.swarmrl.v1.WatchEventsRequest\032\037.swa" +
+      "rmrl.v1.WatchEventsResponse\"\003\220\002\0010\001B&\n\rio" +
+      ".swarmrl.v1B\023SessionServiceProtoP\001b\006prot" +
+      "o3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -150,7 +151,7 @@ public final class SessionServiceProto {
     internal_static_swarmrl_v1_OpenSessionRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_OpenSessionRequest_descriptor,
-        new java.lang.String[] { "SessionId", "ClientName", "Lease", });
+        new java.lang.String[] { "SessionId", "ClientName", "Lease", "AgentVersion", });
     internal_static_swarmrl_v1_OpenSessionResponse_descriptor =
       getDescriptor().getMessageTypes().get(1);
     internal_static_swarmrl_v1_OpenSessionResponse_fieldAccessorTable = new

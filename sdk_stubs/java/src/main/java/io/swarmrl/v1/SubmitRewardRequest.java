@@ -23,6 +23,7 @@ private static final long serialVersionUID = 0L;
     episodeId_ = "";
     callId_ = "";
     requestId_ = "";
+    model_ = "";
   }
 
   @java.lang.Override
@@ -206,6 +207,55 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int MODEL_FIELD_NUMBER = 5;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object model_ = "";
+  /**
+   * <pre>
+   * A model of the episode this reward is for (its trainer uses it instead
+   * of the episode's reward); empty for the episode's reward. Not with call_id.
+   * </pre>
+   *
+   * <code>string model = 5 [json_name = "model"];</code>
+   * @return The model.
+   */
+  @java.lang.Override
+  public java.lang.String getModel() {
+    java.lang.Object ref = model_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      model_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * A model of the episode this reward is for (its trainer uses it instead
+   * of the episode's reward); empty for the episode's reward. Not with call_id.
+   * </pre>
+   *
+   * <code>string model = 5 [json_name = "model"];</code>
+   * @return The bytes for model.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getModelBytes() {
+    java.lang.Object ref = model_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      model_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -232,6 +282,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(requestId_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 4, requestId_);
     }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(model_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 5, model_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -253,6 +306,9 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(requestId_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(4, requestId_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(model_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(5, model_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -278,6 +334,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getCallId())) return false;
     if (!getRequestId()
         .equals(other.getRequestId())) return false;
+    if (!getModel()
+        .equals(other.getModel())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -298,6 +356,8 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getCallId().hashCode();
     hash = (37 * hash) + REQUEST_ID_FIELD_NUMBER;
     hash = (53 * hash) + getRequestId().hashCode();
+    hash = (37 * hash) + MODEL_FIELD_NUMBER;
+    hash = (53 * hash) + getModel().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -435,6 +495,7 @@ private static final long serialVersionUID = 0L;
       value_ = 0D;
       callId_ = "";
       requestId_ = "";
+      model_ = "";
       return this;
     }
 
@@ -479,6 +540,9 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000008) != 0)) {
         result.requestId_ = requestId_;
+      }
+      if (((from_bitField0_ & 0x00000010) != 0)) {
+        result.model_ = model_;
       }
     }
 
@@ -544,6 +608,11 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000008;
         onChanged();
       }
+      if (!other.getModel().isEmpty()) {
+        model_ = other.model_;
+        bitField0_ |= 0x00000010;
+        onChanged();
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -590,6 +659,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000008;
               break;
             } // case 34
+            case 42: {
+              model_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000010;
+              break;
+            } // case 42
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -923,6 +997,103 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       requestId_ = value;
       bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object model_ = "";
+    /**
+     * <pre>
+     * A model of the episode this reward is for (its trainer uses it instead
+     * of the episode's reward); empty for the episode's reward. Not with call_id.
+     * </pre>
+     *
+     * <code>string model = 5 [json_name = "model"];</code>
+     * @return The model.
+     */
+    public java.lang.String getModel() {
+      java.lang.Object ref = model_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        model_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * A model of the episode this reward is for (its trainer uses it instead
+     * of the episode's reward); empty for the episode's reward. Not with call_id.
+     * </pre>
+     *
+     * <code>string model = 5 [json_name = "model"];</code>
+     * @return The bytes for model.
+     */
+    public com.google.protobuf.ByteString
+        getModelBytes() {
+      java.lang.Object ref = model_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        model_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * A model of the episode this reward is for (its trainer uses it instead
+     * of the episode's reward); empty for the episode's reward. Not with call_id.
+     * </pre>
+     *
+     * <code>string model = 5 [json_name = "model"];</code>
+     * @param value The model to set.
+     * @return This builder for chaining.
+     */
+    public Builder setModel(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      model_ = value;
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A model of the episode this reward is for (its trainer uses it instead
+     * of the episode's reward); empty for the episode's reward. Not with call_id.
+     * </pre>
+     *
+     * <code>string model = 5 [json_name = "model"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearModel() {
+      model_ = getDefaultInstance().getModel();
+      bitField0_ = (bitField0_ & ~0x00000010);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A model of the episode this reward is for (its trainer uses it instead
+     * of the episode's reward); empty for the episode's reward. Not with call_id.
+     * </pre>
+     *
+     * <code>string model = 5 [json_name = "model"];</code>
+     * @param value The bytes for model to set.
+     * @return This builder for chaining.
+     */
+    public Builder setModelBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      model_ = value;
+      bitField0_ |= 0x00000010;
       onChanged();
       return this;
     }

@@ -76,4 +76,26 @@ public interface SubmitRewardRequestOrBuilder extends
    */
   com.google.protobuf.ByteString
       getRequestIdBytes();
+
+  /**
+   * <pre>
+   * A model of the episode this reward is for (its trainer uses it instead
+   * of the episode's reward); empty for the episode's reward. Not with call_id.
+   * </pre>
+   *
+   * <code>string model = 5 [json_name = "model"];</code>
+   * @return The model.
+   */
+  java.lang.String getModel();
+  /**
+   * <pre>
+   * A model of the episode this reward is for (its trainer uses it instead
+   * of the episode's reward); empty for the episode's reward. Not with call_id.
+   * </pre>
+   *
+   * <code>string model = 5 [json_name = "model"];</code>
+   * @return The bytes for model.
+   */
+  com.google.protobuf.ByteString
+      getModelBytes();
 }

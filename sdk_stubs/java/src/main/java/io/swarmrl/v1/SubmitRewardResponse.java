@@ -39,6 +39,18 @@ private static final long serialVersionUID = 0L;
     return io.swarmrl.v1.EpisodeServiceProto.internal_static_swarmrl_v1_SubmitRewardResponse_descriptor;
   }
 
+  @SuppressWarnings({"rawtypes"})
+  @java.lang.Override
+  protected com.google.protobuf.MapField internalGetMapField(
+      int number) {
+    switch (number) {
+      case 2:
+        return internalGetModelRewards();
+      default:
+        throw new RuntimeException(
+            "Invalid map field number: " + number);
+    }
+  }
   @java.lang.Override
   protected com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internalGetFieldAccessorTable() {
@@ -75,6 +87,99 @@ private static final long serialVersionUID = 0L;
     return episodeReward_;
   }
 
+  public static final int MODEL_REWARDS_FIELD_NUMBER = 2;
+  private static final class ModelRewardsDefaultEntryHolder {
+    static final com.google.protobuf.MapEntry<
+        java.lang.String, java.lang.Double> defaultEntry =
+            com.google.protobuf.MapEntry
+            .<java.lang.String, java.lang.Double>newDefaultInstance(
+                io.swarmrl.v1.EpisodeServiceProto.internal_static_swarmrl_v1_SubmitRewardResponse_ModelRewardsEntry_descriptor, 
+                com.google.protobuf.WireFormat.FieldType.STRING,
+                "",
+                com.google.protobuf.WireFormat.FieldType.DOUBLE,
+                0D);
+  }
+  @SuppressWarnings("serial")
+  private com.google.protobuf.MapField<
+      java.lang.String, java.lang.Double> modelRewards_;
+  private com.google.protobuf.MapField<java.lang.String, java.lang.Double>
+  internalGetModelRewards() {
+    if (modelRewards_ == null) {
+      return com.google.protobuf.MapField.emptyMapField(
+          ModelRewardsDefaultEntryHolder.defaultEntry);
+    }
+    return modelRewards_;
+  }
+  public int getModelRewardsCount() {
+    return internalGetModelRewards().getMap().size();
+  }
+  /**
+   * <pre>
+   * The per-model rewards after this call, by model name.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public boolean containsModelRewards(
+      java.lang.String key) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    return internalGetModelRewards().getMap().containsKey(key);
+  }
+  /**
+   * Use {@link #getModelRewardsMap()} instead.
+   */
+  @java.lang.Override
+  @java.lang.Deprecated
+  public java.util.Map<java.lang.String, java.lang.Double> getModelRewards() {
+    return getModelRewardsMap();
+  }
+  /**
+   * <pre>
+   * The per-model rewards after this call, by model name.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public java.util.Map<java.lang.String, java.lang.Double> getModelRewardsMap() {
+    return internalGetModelRewards().getMap();
+  }
+  /**
+   * <pre>
+   * The per-model rewards after this call, by model name.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public double getModelRewardsOrDefault(
+      java.lang.String key,
+      double defaultValue) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    java.util.Map<java.lang.String, java.lang.Double> map =
+        internalGetModelRewards().getMap();
+    return map.containsKey(key) ? map.get(key) : defaultValue;
+  }
+  /**
+   * <pre>
+   * The per-model rewards after this call, by model name.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+   */
+  @java.lang.Override
+  public double getModelRewardsOrThrow(
+      java.lang.String key) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    java.util.Map<java.lang.String, java.lang.Double> map =
+        internalGetModelRewards().getMap();
+    if (!map.containsKey(key)) {
+      throw new java.lang.IllegalArgumentException();
+    }
+    return map.get(key);
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -92,6 +197,12 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       output.writeDouble(1, episodeReward_);
     }
+    com.google.protobuf.GeneratedMessageV3
+      .serializeStringMapTo(
+        output,
+        internalGetModelRewards(),
+        ModelRewardsDefaultEntryHolder.defaultEntry,
+        2);
     getUnknownFields().writeTo(output);
   }
 
@@ -104,6 +215,16 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeDoubleSize(1, episodeReward_);
+    }
+    for (java.util.Map.Entry<java.lang.String, java.lang.Double> entry
+         : internalGetModelRewards().getMap().entrySet()) {
+      com.google.protobuf.MapEntry<java.lang.String, java.lang.Double>
+      modelRewards__ = ModelRewardsDefaultEntryHolder.defaultEntry.newBuilderForType()
+          .setKey(entry.getKey())
+          .setValue(entry.getValue())
+          .build();
+      size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(2, modelRewards__);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -126,6 +247,8 @@ private static final long serialVersionUID = 0L;
           != java.lang.Double.doubleToLongBits(
               other.getEpisodeReward())) return false;
     }
+    if (!internalGetModelRewards().equals(
+        other.internalGetModelRewards())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -141,6 +264,10 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + EPISODE_REWARD_FIELD_NUMBER;
       hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
           java.lang.Double.doubleToLongBits(getEpisodeReward()));
+    }
+    if (!internalGetModelRewards().getMap().isEmpty()) {
+      hash = (37 * hash) + MODEL_REWARDS_FIELD_NUMBER;
+      hash = (53 * hash) + internalGetModelRewards().hashCode();
     }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
@@ -253,6 +380,28 @@ private static final long serialVersionUID = 0L;
       return io.swarmrl.v1.EpisodeServiceProto.internal_static_swarmrl_v1_SubmitRewardResponse_descriptor;
     }
 
+    @SuppressWarnings({"rawtypes"})
+    protected com.google.protobuf.MapField internalGetMapField(
+        int number) {
+      switch (number) {
+        case 2:
+          return internalGetModelRewards();
+        default:
+          throw new RuntimeException(
+              "Invalid map field number: " + number);
+      }
+    }
+    @SuppressWarnings({"rawtypes"})
+    protected com.google.protobuf.MapField internalGetMutableMapField(
+        int number) {
+      switch (number) {
+        case 2:
+          return internalGetMutableModelRewards();
+        default:
+          throw new RuntimeException(
+              "Invalid map field number: " + number);
+      }
+    }
     @java.lang.Override
     protected com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
         internalGetFieldAccessorTable() {
@@ -276,6 +425,7 @@ private static final long serialVersionUID = 0L;
       super.clear();
       bitField0_ = 0;
       episodeReward_ = 0D;
+      internalGetMutableModelRewards().clear();
       return this;
     }
 
@@ -313,6 +463,10 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000001) != 0)) {
         result.episodeReward_ = episodeReward_;
         to_bitField0_ |= 0x00000001;
+      }
+      if (((from_bitField0_ & 0x00000002) != 0)) {
+        result.modelRewards_ = internalGetModelRewards();
+        result.modelRewards_.makeImmutable();
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -364,6 +518,9 @@ private static final long serialVersionUID = 0L;
       if (other.hasEpisodeReward()) {
         setEpisodeReward(other.getEpisodeReward());
       }
+      internalGetMutableModelRewards().mergeFrom(
+          other.internalGetModelRewards());
+      bitField0_ |= 0x00000002;
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -395,6 +552,15 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000001;
               break;
             } // case 9
+            case 18: {
+              com.google.protobuf.MapEntry<java.lang.String, java.lang.Double>
+              modelRewards__ = input.readMessage(
+                  ModelRewardsDefaultEntryHolder.defaultEntry.getParserForType(), extensionRegistry);
+              internalGetMutableModelRewards().getMutableMap().put(
+                  modelRewards__.getKey(), modelRewards__.getValue());
+              bitField0_ |= 0x00000002;
+              break;
+            } // case 18
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -465,6 +631,159 @@ private static final long serialVersionUID = 0L;
       bitField0_ = (bitField0_ & ~0x00000001);
       episodeReward_ = 0D;
       onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.MapField<
+        java.lang.String, java.lang.Double> modelRewards_;
+    private com.google.protobuf.MapField<java.lang.String, java.lang.Double>
+        internalGetModelRewards() {
+      if (modelRewards_ == null) {
+        return com.google.protobuf.MapField.emptyMapField(
+            ModelRewardsDefaultEntryHolder.defaultEntry);
+      }
+      return modelRewards_;
+    }
+    private com.google.protobuf.MapField<java.lang.String, java.lang.Double>
+        internalGetMutableModelRewards() {
+      if (modelRewards_ == null) {
+        modelRewards_ = com.google.protobuf.MapField.newMapField(
+            ModelRewardsDefaultEntryHolder.defaultEntry);
+      }
+      if (!modelRewards_.isMutable()) {
+        modelRewards_ = modelRewards_.copy();
+      }
+      bitField0_ |= 0x00000002;
+      onChanged();
+      return modelRewards_;
+    }
+    public int getModelRewardsCount() {
+      return internalGetModelRewards().getMap().size();
+    }
+    /**
+     * <pre>
+     * The per-model rewards after this call, by model name.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public boolean containsModelRewards(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      return internalGetModelRewards().getMap().containsKey(key);
+    }
+    /**
+     * Use {@link #getModelRewardsMap()} instead.
+     */
+    @java.lang.Override
+    @java.lang.Deprecated
+    public java.util.Map<java.lang.String, java.lang.Double> getModelRewards() {
+      return getModelRewardsMap();
+    }
+    /**
+     * <pre>
+     * The per-model rewards after this call, by model name.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public java.util.Map<java.lang.String, java.lang.Double> getModelRewardsMap() {
+      return internalGetModelRewards().getMap();
+    }
+    /**
+     * <pre>
+     * The per-model rewards after this call, by model name.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public double getModelRewardsOrDefault(
+        java.lang.String key,
+        double defaultValue) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      java.util.Map<java.lang.String, java.lang.Double> map =
+          internalGetModelRewards().getMap();
+      return map.containsKey(key) ? map.get(key) : defaultValue;
+    }
+    /**
+     * <pre>
+     * The per-model rewards after this call, by model name.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+     */
+    @java.lang.Override
+    public double getModelRewardsOrThrow(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      java.util.Map<java.lang.String, java.lang.Double> map =
+          internalGetModelRewards().getMap();
+      if (!map.containsKey(key)) {
+        throw new java.lang.IllegalArgumentException();
+      }
+      return map.get(key);
+    }
+    public Builder clearModelRewards() {
+      bitField0_ = (bitField0_ & ~0x00000002);
+      internalGetMutableModelRewards().getMutableMap()
+          .clear();
+      return this;
+    }
+    /**
+     * <pre>
+     * The per-model rewards after this call, by model name.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+     */
+    public Builder removeModelRewards(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      internalGetMutableModelRewards().getMutableMap()
+          .remove(key);
+      return this;
+    }
+    /**
+     * Use alternate mutation accessors instead.
+     */
+    @java.lang.Deprecated
+    public java.util.Map<java.lang.String, java.lang.Double>
+        getMutableModelRewards() {
+      bitField0_ |= 0x00000002;
+      return internalGetMutableModelRewards().getMutableMap();
+    }
+    /**
+     * <pre>
+     * The per-model rewards after this call, by model name.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+     */
+    public Builder putModelRewards(
+        java.lang.String key,
+        double value) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      
+      internalGetMutableModelRewards().getMutableMap()
+          .put(key, value);
+      bitField0_ |= 0x00000002;
+      return this;
+    }
+    /**
+     * <pre>
+     * The per-model rewards after this call, by model name.
+     * </pre>
+     *
+     * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+     */
+    public Builder putAllModelRewards(
+        java.util.Map<java.lang.String, java.lang.Double> values) {
+      internalGetMutableModelRewards().getMutableMap()
+          .putAll(values);
+      bitField0_ |= 0x00000002;
       return this;
     }
     @java.lang.Override

@@ -25,4 +25,56 @@ public interface SubmitRewardResponseOrBuilder extends
    * @return The episodeReward.
    */
   double getEpisodeReward();
+
+  /**
+   * <pre>
+   * The per-model rewards after this call, by model name.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+   */
+  int getModelRewardsCount();
+  /**
+   * <pre>
+   * The per-model rewards after this call, by model name.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+   */
+  boolean containsModelRewards(
+      java.lang.String key);
+  /**
+   * Use {@link #getModelRewardsMap()} instead.
+   */
+  @java.lang.Deprecated
+  java.util.Map<java.lang.String, java.lang.Double>
+  getModelRewards();
+  /**
+   * <pre>
+   * The per-model rewards after this call, by model name.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+   */
+  java.util.Map<java.lang.String, java.lang.Double>
+  getModelRewardsMap();
+  /**
+   * <pre>
+   * The per-model rewards after this call, by model name.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+   */
+  double getModelRewardsOrDefault(
+      java.lang.String key,
+      double defaultValue);
+  /**
+   * <pre>
+   * The per-model rewards after this call, by model name.
+   * </pre>
+   *
+   * <code>map&lt;string, double&gt; model_rewards = 2 [json_name = "modelRewards"];</code>
+   */
+  double getModelRewardsOrThrow(
+      java.lang.String key);
 }
