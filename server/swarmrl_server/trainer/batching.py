@@ -13,6 +13,10 @@ a group is biased. A batch is ready by one of four rules:
   and are dropped, counted, as soon as they complete);
 - ``clients``: every active client session has declared its share done.
 
+With a task mix (``task_mix=math:2,code:1``) the size is split into per-task
+quotas; a task short of ready episodes makes the batch wait, or is filled in by
+other tasks' oldest ready groups (``task_mix_short=fill``).
+
 Pure logic (no torch, no store): the trainer feeds it episodes and sessions.
 """
 
@@ -90,6 +94,8 @@ class Batcher:
         self.size = config.batch_size
         self.group_size = config.group_size
         self.train_partial = config.partial_groups == "train"
+        self.quotas = config.task_quotas()
+        self.fill_short = config.task_mix_short == "fill"
         self.declared: set[str] = set()
         """Sessions that declared their share of the current batch done (rule=clients)."""
         self.ready_episodes = 0
@@ -126,6 +132,8 @@ class Batcher:
         return None
 
     def _select(self, ready: list[Group], active_sessions: Collection[str]) -> list[Group]:
+        if self.quotas:
+            return self._select_mix(ready)
         if self.rule == "episodes":
             taken: list[Group] = []
             count = 0
@@ -142,3 +150,34 @@ class Batcher:
         if self.declared and active <= self.declared:
             return ready
         return []
+
+    def _select_mix(self, ready: list[Group]) -> list[Group]:
+        """Each task's quota of its oldest ready groups; a shortfall waits, or is filled
+        by the oldest remaining groups of any task."""
+        def size(g: Group) -> int:
+            return len(g.episodes) if self.rule == "episodes" else 1
+
+        taken: list[Group] = []
+        short = 0
+        for task, quota in self.quotas.items():
+            count = 0
+            for g in ready:
+                if count >= quota:
+                    break
+                if g.task_id == task:
+                    taken.append(g)
+                    count += size(g)
+            short += max(quota - count, 0)
+        if short and not self.fill_short:
+            return []
+        if short:
+            chosen = {id(g) for g in taken}
+            for g in ready:
+                if short <= 0:
+                    break
+                if id(g) not in chosen:
+                    taken.append(g)
+                    short -= size(g)
+            if short > 0:
+                return []
+        return sorted(taken, key=lambda g: (g.last_end, g.uid))

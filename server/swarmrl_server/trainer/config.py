@@ -16,6 +16,7 @@ from typing import Any, get_type_hints
 
 BATCH_RULES = ("episodes", "groups", "varied_groups", "clients")
 PARTIAL_GROUPS = ("wait", "train")
+TASK_MIX_SHORT = ("wait", "fill")
 MODES = ("async", "sync")
 
 
@@ -88,6 +89,14 @@ class TrainerConfig:
     partial_groups: str = "wait"
     """wait: a group trains only once it has group_size episodes; train: partial groups
     train too."""
+    task_mix: str = ""
+    """Each task's share of a batch, e.g. math:2,code:1 (batch rules episodes, groups and
+    varied_groups): batch_size episodes (or groups) split by these weights, largest
+    remainder first. Tasks not named only fill in (task_mix_short=fill). Empty: no mix,
+    oldest groups first whatever their task."""
+    task_mix_short: str = "wait"
+    """When a task of task_mix has too few ready episodes for its share: wait (the batch
+    waits for them) or fill (other tasks' oldest ready episodes take its place)."""
 
     # -- staleness and scheduling -----------------------------------------------------
     max_staleness: int = 4
@@ -156,6 +165,35 @@ class TrainerConfig:
         config.validate()
         return config
 
+    def task_quotas(self) -> dict[str, int]:
+        """task_mix as whole episodes (or groups) per batch, e.g. batch_size=6 and
+        math:2,code:1 give {math: 4, code: 2}; {} without a mix."""
+        if not self.task_mix:
+            return {}
+        weights: dict[str, float] = {}
+        for item in self.task_mix.split(","):
+            task, sep, text = item.strip().rpartition(":")
+            try:
+                weight = float(text)
+            except ValueError:
+                weight = math.nan
+            if not sep or not task or not (math.isfinite(weight) and weight > 0):
+                raise TrainerConfigError(
+                    f"task_mix={self.task_mix!r}: expected TASK:WEIGHT,... with weights > 0")
+            if task in weights:
+                raise TrainerConfigError(f"task_mix names task {task!r} twice")
+            weights[task] = weight
+        total = sum(weights.values())
+        exact = {t: self.batch_size * w / total for t, w in weights.items()}
+        quotas = {t: int(q) for t, q in exact.items()}
+        by_remainder = sorted(exact, key=lambda t: (quotas[t] - exact[t], t))
+        for task in by_remainder[: self.batch_size - sum(quotas.values())]:
+            quotas[task] += 1
+        if any(q == 0 for q in quotas.values()):
+            raise TrainerConfigError(
+                f"task_mix={self.task_mix!r} gives a task no place in a batch of {self.batch_size}")
+        return quotas
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -188,6 +226,11 @@ class TrainerConfig:
             raise TrainerConfigError(
                 "batch_rule=varied_groups needs groups of more than one episode (group_size != 1)"
             )
+        _choice("task_mix_short", self.task_mix_short, TASK_MIX_SHORT)
+        if self.task_mix:
+            if self.batch_rule == "clients":
+                raise TrainerConfigError("task_mix needs a batch rule with a size, not clients")
+            self.task_quotas()
         if self.max_pending and self.batch_rule == "clients":
             raise TrainerConfigError("max_pending cannot pace generation with batch_rule=clients")
         from swarmrl_server.trainer.device import DeviceError, resolve

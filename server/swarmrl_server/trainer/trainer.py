@@ -30,7 +30,7 @@ import torch
 from swarmrl_server.errors import Reason, precondition
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.timelines.merge import MergeStats
-from swarmrl_server.trainer import checkpoint, metrics
+from swarmrl_server.trainer import breakdown, checkpoint, metrics
 from swarmrl_server.trainer.batching import Batcher, BatchPlan
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from swarmrl_server.trainer.device import Placement, enable_gradient_checkpointing
@@ -375,6 +375,8 @@ class Trainer:
         self.step = step
         values.update(metrics.reward_metrics([e.reward for e in episodes],
                                              [e.task_id for e in episodes]))
+        values.update(breakdown.step_breakdown(
+            {e.episode_id: e for e in plan.episodes}, episodes, staleness, dropped))
         values.update(metrics.staleness_metrics(staleness))
         values.update(metrics.merge_metrics(merged))
         self._count_drops(dropped, values)
