@@ -18,10 +18,10 @@ from swarmrl._proto.v1 import types_pb2 as t_pb
 from swarmrl_server.engine.base import GenerationChunk
 from swarmrl_server.episodes.registry import GenerationResult
 from swarmrl_server.errors import invalid
-from swarmrl_server.identity import Principal
 from swarmrl_server.grpc import convert
 from swarmrl_server.grpc.auth import KeyRing
 from swarmrl_server.grpc.errors import translate_errors
+from swarmrl_server.identity import Principal
 from swarmrl_server.swarm import Swarm
 
 Context = grpc.aio.ServicerContext[Any, Any]
