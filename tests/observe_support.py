@@ -9,11 +9,12 @@ TRAIN_OPTIONS = {"progress": "false", "batch_rule": "episodes", "batch_size": "2
                  "group_size": "2", "checkpoint_every": "0", "checkpoint_on_stop": "false"}
 
 
-async def start_training_server(data_dir: Path, model_cache: Path, **config: Any) -> Any:
+async def start_training_server(data_dir: Path, model_cache: Path,
+                                train_options: dict[str, str] | None = None, **config: Any) -> Any:
     from swarmrl_server.app import start_server
     from swarmrl_server.config import ModelSpec, ServerConfig
 
     return await start_server(ServerConfig(
         models=(ModelSpec("tiny", "tiny"),), port=0, http_port=0, data_dir=data_dir,
-        cache_dir=model_cache, grace_s=0.5, train=True, train_options=dict(TRAIN_OPTIONS),
+        cache_dir=model_cache, grace_s=0.5, train=True, train_options={**TRAIN_OPTIONS, **(train_options or {})},
         **config))

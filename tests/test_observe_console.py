@@ -73,7 +73,7 @@ async def test_top_once_shows_models_trainer_clients_episodes_and_errors(running
 
 def test_top_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
     code = top_main(["--target", "127.0.0.1:1", "--http", "http://127.0.0.1:1", "--once",
-                     "--interval", "0"])
+                     "--interval", "0", "--wait", "0.3"])
     assert code == 1 and "127.0.0.1:1" in capsys.readouterr().err
 
 

@@ -23,7 +23,8 @@ from tests.observe_support import start_training_server
 @pytest.fixture
 async def training_server(tiny_model_dir: Path, model_cache: Path, tmp_path: Path
                           ) -> AsyncIterator[Any]:
-    running = await start_training_server(tmp_path / "data", model_cache)
+    # Packing on: the trainer then reports its packing ratio too.
+    running = await start_training_server(tmp_path / "data", model_cache, {"packing": "true"})
     try:
         yield running
     finally:
@@ -57,7 +58,9 @@ async def test_metrics_move_during_a_short_run(training_server: Any) -> None:
     async with swarmrl.AsyncSwarmClient(training_server.grpc_target) as client:
         for i in range(2):  # two episodes through gRPC: one batch, one step
             async with client.episode(task_id="quiz", group_id="g") as ep:
-                await ep.chat([{"role": "user", "content": "Hi!"}], max_tokens=4, seed=i)
+                # A long shared prompt: worth a shared segment in the trainer's packing plan.
+                await ep.chat([{"role": "user", "content": "Tell me about fruit. " * 30}],
+                              max_tokens=4, seed=i)
                 await ep.reward(float(i))
         # One call through the OpenAI shim, in an episode we then abort.
         ep = await client.start_episode(task_id="side")
@@ -97,6 +100,8 @@ async def test_metrics_move_during_a_short_run(training_server: Any) -> None:
     assert value(after, "swarmrl_weight_sync_duration_seconds_count", model="tiny") >= 1
     assert value(after, "swarmrl_trainer_staleness_versions_count", model="tiny") >= 2
     assert value(after, "swarmrl_trainer_merge_token_ratio", model="tiny") >= 1.0
+    # Two episodes with the same prompt: packing computes their common prefix once.
+    assert value(after, "swarmrl_trainer_pack_token_ratio", model="tiny") > 1.0
     assert value(after, "swarmrl_policy_version", model="tiny") >= 1
     assert ("swarmrl_queue_depth", (("model", "tiny"), ("queue", "engine_waiting"))) in after
     assert ("swarmrl_queue_depth", (("model", "tiny"), ("queue", "trainer_pending"))) in after
@@ -147,3 +152,24 @@ def test_logs_are_pretty_on_a_terminal() -> None:
         structlog.reset_defaults()
     line = out.getvalue()
     assert "hello" in line and "req-2" in line and not line.lstrip().startswith("{")
+
+
+async def test_live_view_and_viewer_need_an_admin_key_when_keys_are_set(
+        tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> None:
+    from tests.http_fixtures import _start
+
+    running = await _start({"data_dir": tmp_path / "data", "cache_dir": model_cache,
+                            "admin_keys": ("adm-key",), "client_keys": ("cli-key",)})
+    try:
+        async with httpx.AsyncClient(base_url=running.http.base_url) as http:
+            assert (await http.get("/metrics")).status_code == 200  # scrapers carry no key
+            for path in ("/swarmrl/live", "/view/"):
+                assert (await http.get(path)).status_code == 401
+                client = await http.get(path, headers={"Authorization": "Bearer cli-key"})
+                assert client.status_code == 401
+                admin = await http.get(path, headers={"Authorization": "Bearer adm-key"})
+                assert admin.status_code == 200
+            page = await http.get("/view/", params={"key": "adm-key"})
+            assert page.status_code == 200 and "/view/?key=adm-key" in page.text  # links keep it
+    finally:
+        await running.stop()

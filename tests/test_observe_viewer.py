@@ -182,3 +182,34 @@ async def test_list_filters_group_packing_and_export(server: Any) -> None:
         ]
         assert [("shared" in seg["classes"]) for seg in segments] == [True, True, False, False,
                                                                       False]
+
+
+async def test_offline_viewer_reads_a_data_dir(server: Any, model_cache: Path) -> None:
+    """`swarmrl view DATA_DIR`'s app, over the data dir of a server that is still running."""
+    from fastapi import FastAPI
+
+    from swarmrl_server.viewer.cli import open_source
+    from swarmrl_server.viewer.web import attach_viewer
+
+    episode_id, calls = await known_episode(server)
+    for models, expect_text in ((["tiny"], True), ([], False)):
+        source = await open_source(server.config.data_dir, models, model_cache)
+        try:
+            app = FastAPI()
+            attach_viewer(app, source)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://viewer") as http:
+                page = (await http.get(f"/view/episodes/{episode_id}")).text
+                listing = (await http.get("/view/")).text
+        finally:
+            await source.store.close()
+        assert episode_id in listing
+        dom = Spans()
+        dom.feed(page)
+        tokens = dom.having("tok", in_timeline=True)
+        assert len(dom.having("tok", "trained", in_timeline=True)) == sum(
+            len(c.completion_ids) for c in calls)
+        first = tokens[0]
+        assert first["attrs"]["data-id"] == "11"
+        # With the model's tokenizer tokens read as text; without one, as ⟨id⟩.
+        assert (first["text"] != "⟨11⟩") is expect_text

@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls", action="store_true", help="connect to gRPC with TLS")
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                    help="refresh period (default: %(default)s)")
+    p.add_argument("--wait", type=float, default=5.0, metavar="SECONDS",
+                   help="how long to wait for an unreachable server (default: %(default)s)")
     p.add_argument("--once", action="store_true",
                    help="poll twice, one interval apart (for the rates), print once and exit")
     return p
@@ -189,7 +191,7 @@ def main(argv: Sequence[str] | None = None, *, console: Any = None) -> int:
         return 2
     console = console or Console()
     config = ClientConfig(target=args.target, api_key=args.api_key or None, tls=args.tls,
-                          retry=RetryPolicy(timeout=5.0), call_timeout=5.0)
+                          retry=RetryPolicy(timeout=args.wait), call_timeout=max(args.wait, 1.0))
     timeout = max(1.0, args.interval * 2)
     try:
         with SwarmClient(config=config) as client:

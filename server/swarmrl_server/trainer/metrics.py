@@ -69,13 +69,16 @@ def staleness_metrics(staleness: Sequence[int]) -> dict[str, float]:
 
 
 def merge_metrics(stats: MergeStats) -> dict[str, float]:
-    return {
+    out = {
         "merge/calls": float(stats.calls), "merge/timelines": float(stats.timelines),
         "merge/forks": float(stats.forks),
         "merge/compression": (
             stats.tokens_per_call / stats.tokens_merged if stats.tokens_merged else 1.0
         ),
     }
+    if stats.tokens_packed:  # planned (packing=true): merged tokens / tokens after packing
+        out["merge/pack_token_ratio"] = stats.tokens_merged / stats.tokens_packed
+    return out
 
 
 class MetricsWriter:

@@ -29,7 +29,9 @@ import torch
 
 from swarmrl_server.errors import Reason, precondition
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
+from swarmrl_server.timelines.flops import ModelShape
 from swarmrl_server.timelines.merge import MergeStats
+from swarmrl_server.timelines.pack import plan_packing
 from swarmrl_server.trainer import breakdown, checkpoint, metrics
 from swarmrl_server.trainer.batching import Batcher, BatchPlan
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
@@ -341,6 +343,9 @@ class Trainer:
         wait_s = t0 - self._last_step_end
         dropped: dict[str, list[EpisodeRecord]] = {k: list(v) for k, v in plan.dropped.items()}
         episodes, staleness, merged = self._rows(plan, dropped)
+        if episodes and self.config.packing:  # the batch's packing ratio, for the metrics
+            plan_packing([r for e in episodes for r in e.rows], ModelShape.from_model(self.model),
+                         stats=merged)
         values: dict[str, float] = {}
         if episodes and self.config.mode == "sync":
             await self._pause_generation(f"training step {self.step + 1} of {self.name}")
