@@ -29,7 +29,8 @@ async def running(tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> As
 
 
 async def test_top_once_shows_models_trainer_clients_episodes_and_errors(running: Any) -> None:
-    config = swarmrl.ClientConfig(target=running.grpc_target, client_name="quiz-runner-7")
+    config = swarmrl.ClientConfig(target=running.grpc_target, client_name="quiz-runner-7",
+                                  agent_version="v7")
     async with swarmrl.AsyncSwarmClient(config=config) as client:
         for i in range(2):  # one training step
             async with client.episode(task_id="fruit", agent_version="v7") as ep:
@@ -67,7 +68,10 @@ async def test_top_once_shows_models_trainer_clients_episodes_and_errors(running
     # model, policy version, trainable, inflight, waiting, trainer step, pending
     assert row("tiny", "yes")[:7] == ["tiny", "1", "yes", "0", "0", "1", "1"]
     assert row("tiny", "fruit") == ["tiny", "fruit", "1", "2 episodes (episodes)"]
-    assert row("quiz-runner-7")[2] == "v7, v8"  # the client and its agent versions
+    # The client (ListClients): its agent versions, tasks, open / ended / aborted episodes.
+    assert row("quiz-runner-7")[2:7] == ["v7, v8", "fruit, riddle", "1", "3", "0"]
+    assert row("v7")[:6] == ["v7", "0", "3", "0", "2", "0.667"]  # rewards 0, 1, 1; 2 trained
+    assert row("v8")[:6] == ["v8", "1", "0", "0", "0", "0.000"]
     assert row(open_ep.id)[1:5] == ["riddle", "v8", "tiny", "1"]  # one call so far
     assert row("grpc", "GetEpisode", "NOT_FOUND")[-1] == "unknown episode 'ep-nope'"
 

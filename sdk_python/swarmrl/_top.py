@@ -1,9 +1,10 @@
 """``swarmrl top``: a live terminal view of a swarm server, drawn with rich.
 
 Two sources, both read-only: the gRPC admin API (``GetStatus``: server state, models
-and their policy versions) and the HTTP shim's ``/swarmrl/live`` JSON (trainer
-progress per task, client sessions, open episodes, call and token totals, recent
-errors). Rates (calls/s, tokens/s) are the totals' change between two polls.
+and their policy versions; ``ListClients``: live clients and agent versions) and the
+HTTP shim's ``/swarmrl/live`` JSON (trainer progress per task, open episodes, call
+and token totals, recent errors). Rates (calls/s, tokens/s) are the totals' change
+between two polls.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from swarmrl._config import DEFAULT_TARGET, ClientConfig
 from swarmrl._errors import SwarmError
 from swarmrl._retry import RetryPolicy
 from swarmrl._sync import SwarmClient
-from swarmrl._types import ServerStatus
+from swarmrl._types import ClientList, ServerStatus
 
 DEFAULT_HTTP = "http://127.0.0.1:8000"
 MAX_ROWS = 15
@@ -35,6 +36,7 @@ class Sample:
 
     at: float
     status: ServerStatus
+    clients: ClientList
     live: dict[str, Any]
     """The /swarmrl/live JSON ({} when the HTTP shim could not be reached)."""
     live_error: str = ""
@@ -51,11 +53,12 @@ def fetch_live(http: str, api_key: str | None, timeout: float) -> dict[str, Any]
 
 def poll(client: SwarmClient, http: str, api_key: str | None, timeout: float) -> Sample:
     status = client.status()
+    clients = client.list_clients()
     try:
         live, error = fetch_live(http, api_key, timeout), ""
     except (OSError, ValueError) as err:  # URLError and HTTPError are OSErrors
         live, error = {}, f"{http}/swarmrl/live: {err}"
-    return Sample(time.monotonic(), status, live, error)
+    return Sample(time.monotonic(), status, clients, live, error)
 
 
 def _age(seconds: float) -> str:
@@ -135,11 +138,24 @@ def render(target: str, prev: Sample | None, cur: Sample) -> Any:
     parts += [models, batches]
 
     clients = Table(title="clients", title_justify="left", expand=True)
-    for col in ("SESSION", "CLIENT", "AGENT VERSIONS", "OPEN EPISODES", "LEASE LEFT"):
+    for col in ("SESSION", "CLIENT", "AGENT VERSIONS", "TASKS", "OPEN", "ENDED", "ABORTED",
+                "LEASE LEFT"):
         clients.add_column(col)
-    for c in live.get("clients", [])[:MAX_ROWS]:
-        clients.add_row(c["session_id"], c["client_name"], ", ".join(c["agent_versions"]),
-                        str(c["open_episodes"]), _age(c["lease_left_s"]))
+    now = time.time()
+    for c in cur.clients.clients[:MAX_ROWS]:
+        versions = [v for v in dict.fromkeys([c.agent_version, *c.episode_agent_versions]) if v]
+        lease = c.lease_expire_time.timestamp() - now if c.lease_expire_time else 0.0
+        clients.add_row(c.session_id, c.client_name, ", ".join(versions),
+                        ", ".join(c.tasks[:5]) + (" …" if len(c.tasks) > 5 else ""),
+                        str(c.open_episodes), str(c.ended_episodes), str(c.aborted_episodes),
+                        _age(lease))
+    versions_table = Table(title="agent versions", title_justify="left", expand=True)
+    for col in ("AGENT VERSION", "OPEN", "ENDED", "ABORTED", "TRAINED", "MEAN REWARD"):
+        versions_table.add_column(col)
+    for v in cur.clients.agent_versions[:MAX_ROWS]:
+        versions_table.add_row(v.agent_version or "(none)", str(v.open_episodes),
+                               str(v.ended_episodes), str(v.aborted_episodes),
+                               str(v.consumed_episodes), f"{v.mean_reward:.3f}")
     episodes = Table(title="open episodes (longest idle first)", title_justify="left",
                      expand=True)
     for col in ("EPISODE", "TASK", "AGENT", "MODELS", "CALLS", "IDLE", "AGE"):
@@ -154,7 +170,7 @@ def render(target: str, prev: Sample | None, cur: Sample) -> Any:
     for err in list(reversed(live.get("errors", [])))[:MAX_ROWS]:
         errors.add_row(time.strftime("%H:%M:%S", time.localtime(err["time"])), err["door"],
                        err["method"], err["code"], err["message"][:80])
-    parts += [clients, episodes, errors]
+    parts += [clients, versions_table, episodes, errors]
     return Panel(Group(*parts), border_style="blue")
 
 

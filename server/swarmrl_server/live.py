@@ -1,4 +1,6 @@
-"""A JSON snapshot of what a server is doing now, for `swarmrl top` (``GET /swarmrl/live``).
+"""A JSON snapshot of what a server is doing now, for `swarmrl top` (``GET /swarmrl/live``):
+what the admin RPCs do not carry (trainer progress per task, open episodes' idle
+time, call and token totals, recent errors). Clients come from ``ListClients``.
 
 Everything here is read from memory (no store query), so polling it every second
 costs the server next to nothing. Lists are capped; counts are not.
@@ -47,21 +49,6 @@ def snapshot(swarm: Swarm) -> dict[str, Any]:
                         if host.trainer is not None else None),
         })
     open_eps = sorted(swarm.episodes.open_episodes(), key=lambda e: e[2])
-    by_session: dict[str, list[Any]] = {}
-    for record, _, _ in open_eps:
-        by_session.setdefault(record.session_id, []).append(record)
-    clients = []
-    for session_id in sorted(swarm.sessions.ids()):
-        s = swarm.sessions.require(session_id)
-        versions = {r.agent_version for r in by_session.get(session_id, [])}
-        versions.update(telemetry.agent_versions(session_id))
-        versions.discard("")
-        clients.append({
-            "session_id": session_id, "client_name": s.client_name,
-            "lease_left_s": round(s.expires_at - now, 1),
-            "open_episodes": len(by_session.get(session_id, [])),
-            "agent_versions": sorted(versions),
-        })
     return {
         "server_instance": swarm.instance, "time": now,
         "paused": swarm.paused_reason or "",
@@ -69,7 +56,6 @@ def snapshot(swarm: Swarm) -> dict[str, Any]:
         "episodes": {"open": swarm.episodes.open_count, **telemetry.episode_counts()},
         "totals": telemetry.totals(),
         "models": models,
-        "clients": clients,
         "open_episodes": [
             {"episode_id": r.episode_id, "task_id": r.task_id, "agent_version": r.agent_version,
              "models": r.models, "session_id": r.session_id, "calls": calls,

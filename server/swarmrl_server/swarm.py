@@ -100,7 +100,6 @@ class Swarm:
         await self.store.close()
 
     async def _abort_session(self, session_id: str, reason: str) -> int:
-        self.telemetry.forget_session(session_id)
         return await self.episodes.abort_session(session_id, reason)
 
     async def _episode_ended(self, record: EpisodeRecord) -> None:

@@ -29,7 +29,6 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
                    120.0)
 STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 16, 32)
-AGENT_VERSIONS_KEPT = 8
 RECENT_ERRORS = 50
 """Errors kept for `swarmrl top` (the counters keep the totals)."""
 
@@ -126,7 +125,6 @@ class Telemetry:
         self.registry.register(_LiveGauges(self._sources))
         self.recent_errors: collections.deque[ErrorEvent] = collections.deque(maxlen=RECENT_ERRORS)
         self._totals = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
-        self._agent_versions: dict[str, dict[str, None]] = {}
 
     # -- scrape ------------------------------------------------------------------------
 
@@ -165,24 +163,6 @@ class Telemetry:
     def totals(self) -> dict[str, int]:
         """Calls and tokens since start, all doors and models (rates for `swarmrl top`)."""
         return dict(self._totals)
-
-    def episode_started(self, session_id: str, agent_version: str) -> None:
-        """Remembers the agent versions a client session started episodes with (the
-        latest few)."""
-        if not agent_version:
-            return
-        seen = self._agent_versions.setdefault(session_id, {})
-        seen.pop(agent_version, None)
-        seen[agent_version] = None
-        while len(seen) > AGENT_VERSIONS_KEPT:
-            del seen[next(iter(seen))]
-
-    def agent_versions(self, session_id: str) -> list[str]:
-        """Oldest first."""
-        return list(self._agent_versions.get(session_id, ()))
-
-    def forget_session(self, session_id: str) -> None:
-        self._agent_versions.pop(session_id, None)
 
     def set_episode_counts(self, counts: Mapping[str, int]) -> None:
         """Finished episodes in the store at start (the gauge adds those since)."""

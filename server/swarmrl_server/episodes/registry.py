@@ -226,8 +226,6 @@ class EpisodeRegistry:
         await self._store.create_episode(record)
         self._open[episode_id] = _Open(record, [])
         bind_ids(episode_id=episode_id)
-        if self._telemetry is not None:
-            self._telemetry.episode_started(session_id, agent_version)
         log.debug("episode_started", episode_id=episode_id, task_id=task_id)
         return record, self.keys.key_for(episode_id)
 
