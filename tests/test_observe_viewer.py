@@ -92,7 +92,8 @@ async def known_episode(server: Any) -> tuple[str, list[Any]]:
             # New weights (the same values) at policy version 3, as a training step would.
             await engine.update_weights(engine.model.state_dict(), 3)
             grown = [*prompt, *first.completion_ids, 21, 22]
-            second = await ep.generate_tokens(grown, max_tokens=3, seed=2)  # extends
+            second = await ep.generate_tokens(grown, max_tokens=3, seed=2,  # extends
+                                              top_logprobs=3)
             retry = await ep.generate_tokens(prompt, max_tokens=3, seed=3)  # fork: retry
             edit = await ep.generate_tokens([*prompt[:3], 30, 31], max_tokens=2, seed=4)  # edit
             await ep.reward(0.75)
@@ -122,6 +123,10 @@ async def test_viewer_in_chromium_shows_trained_tokens_forks_and_versions(
     assert by_version == {"0": len(calls[0].completion_ids),
                           "3": sum(len(c.completion_ids) for c in calls[1:])}
     assert all(t["classes"] & {f"lp{k}" for k in range(6)} for t in trained)
+    # The call that asked for top logprobs has them on hover; the others have none.
+    tops = [json.loads(t["attrs"]["data-top"]) for t in trained if "data-top" in t["attrs"]]
+    assert len(tops) == len(calls[1].completion_ids)
+    assert all(len(alts) == 3 and all(lp <= 0 for _, lp in alts) for alts in tops)
     # A retry fork and an edit fork, each marked where it leaves the first timeline.
     forks = {i["attrs"]["data-fork"] for i in dom.having("timeline-card")}
     assert forks == {"", "retry", "edit"}
@@ -213,3 +218,36 @@ async def test_offline_viewer_reads_a_data_dir(server: Any, model_cache: Path) -
         assert first["attrs"]["data-id"] == "11"
         # With the model's tokenizer tokens read as text; without one, as ⟨id⟩.
         assert (first["text"] != "⟨11⟩") is expect_text
+
+
+async def test_top_logprobs_are_stored_and_old_stores_migrate(tmp_path: Path) -> None:
+    import sqlite3
+
+    from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
+    from swarmrl_server.store.sqlite import SqliteStore
+
+    def call(seq: int, top: list[list[tuple[int, float]]]) -> CallRecord:
+        return CallRecord(call_id=f"c{seq}", episode_id="e", seq=seq, model="m",
+                          prompt_ids=[1, 2], completion_ids=[3, 4], logprobs=[-0.5, -0.25],
+                          policy_version=0, finish_reason="stop", temperature=1.0, text="",
+                          top_logprobs=top)
+
+    path = tmp_path / "swarm.sqlite3"
+    store = SqliteStore(path)
+    await store.open()
+    await store.create_episode(EpisodeRecord("e", "s", "t", "t", "", ["m"], {},
+                                             EpisodeState.OPEN, 0.0))
+    await store.add_call(call(0, []))
+    await store.close()
+    with sqlite3.connect(path) as conn:  # a data dir from before top logprobs were kept
+        conn.execute("ALTER TABLE calls DROP COLUMN top_logprobs")
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        top = [[(3, -0.5), (9, -1.5)], [(4, -0.25), (7, -2.0)]]
+        await store.add_call(call(1, top))
+        record = await store.get_episode("e", with_calls=True)
+    finally:
+        await store.close()
+    assert record is not None
+    assert [c.top_logprobs for c in record.calls] == [[], top]

@@ -52,7 +52,8 @@ class CallRecord:
     """For chat input: {"messages", "tools", "reply"} as JSON, so the next turn can extend
     this call's exact ids instead of re-rendering."""
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
-    """Not persisted: alternatives per token, returned to the caller only."""
+    """Alternatives per generated token, (token id, logprob), when the call asked for them
+    (kept in the store, shown by the viewer)."""
     constrained: bool = False
     """Decoded under a grammar (forced tool call, JSON response format): `logprobs` are
     those of the grammar-masked, renormalised distribution that produced the tokens,

@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS calls (
     created_at REAL NOT NULL,
     chat_json TEXT NOT NULL,
     constrained INTEGER NOT NULL DEFAULT 0,
+    top_logprobs TEXT NOT NULL DEFAULT '',
     UNIQUE (episode_id, seq)
 );
 CREATE INDEX IF NOT EXISTS calls_request ON calls(episode_id, request_id);
@@ -100,7 +101,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
     """Brings a data dir written by an older server up to date (idempotent): owners on
     sessions and episodes (stores without them had one anonymous owner, ""),
     StartEpisode request ids unique per owner rather than server-wide, and the
-    calls' `constrained` flag."""
+    calls' `constrained` flag and `top_logprobs`."""
     for table in ("sessions", "episodes"):
         columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         if "owner" not in columns:
@@ -108,6 +109,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
     calls = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
     if "constrained" not in calls:  # from before constrained decoding: none were
         conn.execute("ALTER TABLE calls ADD COLUMN constrained INTEGER NOT NULL DEFAULT 0")
+    if "top_logprobs" not in calls:  # from before they were kept: none were
+        conn.execute("ALTER TABLE calls ADD COLUMN top_logprobs TEXT NOT NULL DEFAULT ''")
     conn.execute("DROP INDEX IF EXISTS episodes_start_request")
     conn.execute(
         "CREATE UNIQUE INDEX IF NOT EXISTS episodes_owner_start_request "
@@ -270,13 +273,14 @@ class SqliteStore:
         await self._run(
             self._tx,
             lambda c: c.execute(
-                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     call.call_id, call.episode_id, call.seq, call.model,
                     _ids_to_blob(call.prompt_ids), _ids_to_blob(call.completion_ids),
                     _floats_to_blob(call.logprobs), call.policy_version, call.finish_reason,
                     call.temperature, call.text, call.request_id, call.parent_call_id,
                     call.reward, call.created_at, call.chat_json, int(call.constrained),
+                    json.dumps(call.top_logprobs) if call.top_logprobs else "",
                 ),
             ),
         )
@@ -517,6 +521,8 @@ class SqliteStore:
                 logprobs=_blob_to_floats(r[6]), policy_version=r[7], finish_reason=r[8],
                 temperature=r[9], text=r[10], request_id=r[11], parent_call_id=r[12],
                 reward=r[13], created_at=r[14], chat_json=r[15], constrained=bool(r[16]),
+                top_logprobs=[[(int(t), float(lp)) for t, lp in alts]
+                              for alts in json.loads(r[17])] if r[17] else [],
             )
             for r in rows
         ]
