@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     from swarmrl_server.logs import configure as configure_logs
 
     configure_logs(args.log_level)  # JSON lines unless stderr is a terminal
+    from swarmrl_server.limits import return_large_buffers_to_the_os
+
+    return_large_buffers_to_the_os()
     if "help" in args.train_option:
         from swarmrl_server.trainer.config import describe_options
 

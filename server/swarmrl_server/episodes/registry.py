@@ -41,6 +41,13 @@ from swarmrl_server.episodes.render import extended_parent, render_prompt
 from swarmrl_server.errors import Reason, SwarmError, invalid, not_found, precondition, unavailable
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.identity import IN_PROCESS, Principal, require_owner
+from swarmrl_server.limits import (
+    check_chat,
+    check_labels,
+    check_prompt_bytes,
+    check_reason,
+    check_stop,
+)
 from swarmrl_server.logs import bind_ids
 from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
@@ -51,8 +58,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger("swarmrl.episodes")
 
 MAX_ID_LEN = 256
-MAX_LABELS = 64
-MAX_REASON_LEN = 1024
 
 
 @dataclass(frozen=True)
@@ -207,8 +212,7 @@ class EpisodeRegistry:
                             ("agent_version", agent_version)):
             if len(value) > MAX_ID_LEN:
                 raise invalid(name, f"must be at most {MAX_ID_LEN} characters")
-        if len(labels) > MAX_LABELS:
-            raise invalid("labels", f"at most {MAX_LABELS} labels")
+        check_labels(labels)
         if not models:
             models = [next(iter(self._models))]
         for name in models:
@@ -293,6 +297,10 @@ class EpisodeRegistry:
         calls_of_model = [c for c in open_.calls if c.model == host.name]
         chat_json = ""
         if messages is not None:
+            # Cheap checks first: a prompt too long for the context is refused from its
+            # size in bytes, before the chat template and the tokenizer see it.
+            n_bytes = check_chat(messages, tools, input_field)
+            check_prompt_bytes(n_bytes, host.tokenizer, host.engine.max_model_len, input_field)
             validate_messages(messages, f"{input_field}.messages")
             rendered = render_prompt(
                 host.tokenizer, messages, tools, calls_of_model, host.engine.eos_token_ids
@@ -303,6 +311,12 @@ class EpisodeRegistry:
         elif token_ids is not None:
             if not token_ids:
                 raise invalid(f"{input_field}.token_ids", "must not be empty")
+            if len(token_ids) >= host.engine.max_model_len:
+                raise invalid(
+                    input_field,
+                    f"prompt is {len(token_ids)} tokens; the model's context is "
+                    f"{host.engine.max_model_len}",
+                )
             vocab = host.engine.vocab_size
             for i, t in enumerate(token_ids):
                 if not 0 <= t < vocab:
@@ -402,6 +416,7 @@ class EpisodeRegistry:
     def _sampling(self, s: SamplingRequest, host: ModelHost) -> tuple[SamplingParams, dict[str, Any]]:
         if s.max_tokens is not None and s.max_tokens <= 0:
             raise invalid("sampling.max_tokens", f"must be positive; got {s.max_tokens}")
+        check_stop(s.stop)
         check_sampling(
             SamplingParams(
                 temperature=1.0 if s.temperature is None else s.temperature,
@@ -518,8 +533,7 @@ class EpisodeRegistry:
     async def abort(
         self, episode_id: str, reason: str, request_id: str = "", caller: Principal = IN_PROCESS
     ) -> EpisodeRecord:
-        if len(reason) > MAX_REASON_LEN:
-            raise invalid("reason", f"must be at most {MAX_REASON_LEN} characters")
+        check_reason(reason)
         replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ABORTED, caller)
         if replay is not None:
             return replay

@@ -17,6 +17,7 @@ from swarmrl._proto.v1 import (
     session_service_pb2_grpc,
 )
 from swarmrl_server.grpc.auth import AuthInterceptor, KeyRing
+from swarmrl_server.grpc.decode import DecodeInterceptor
 from swarmrl_server.grpc.observe import ObserveInterceptor
 from swarmrl_server.grpc.servicers import AdminServicer, EpisodeServicer, SessionServicer
 from swarmrl_server.swarm import Swarm
@@ -73,6 +74,8 @@ async def create_server(
     interceptors: list[grpc.aio.ServerInterceptor] = [ObserveInterceptor(swarm.telemetry)]
     if keys is not None and keys.enabled:
         interceptors.append(AuthInterceptor(keys))
+    # Innermost: undecodable requests are INVALID_ARGUMENT naming the field, not UNKNOWN.
+    interceptors.append(DecodeInterceptor())
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
     session_service_pb2_grpc.add_SessionServiceServicer_to_server(
         SessionServicer(swarm, keys), server)

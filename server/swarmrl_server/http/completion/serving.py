@@ -39,6 +39,7 @@ from swarmrl_server.http.generation import (
 )
 from swarmrl_server.http.protocol import SwarmrlInfo, Usage, log
 from swarmrl_server.http.sse import EventStreamResponse, sse, unless_disconnected
+from swarmrl_server.limits import check_prompt_bytes, utf8_size
 from swarmrl_server.swarm import Swarm
 
 PARAMS = {"sampling": "", "input.token_ids": "prompt", "input": "prompt"}
@@ -79,6 +80,11 @@ class OpenAIServingCompletion:
             items = list(p)
         if not items:
             raise HttpError(400, "prompt: must not be empty", param="prompt")
+        context = self.swarm.models[req.model].engine.max_model_len
+        for i, x in enumerate(items):  # refused from their size before tokenizing
+            if isinstance(x, str):
+                where = "prompt" if len(items) == 1 else f"prompt[{i}]"
+                check_prompt_bytes(utf8_size(x, where), tokenizer, context, where)
         return [
             list(tokenizer(x)["input_ids"]) if isinstance(x, str) else list(x) for x in items
         ]
