@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -118,38 +119,47 @@ def _scraped_step(base: str) -> Any:
     return check
 
 
-def test_logs_are_json_off_a_terminal_and_carry_the_request_ids() -> None:
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """`logs.configure` sets process-wide state: undone after the test."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.reset_defaults()
+    root.handlers = handlers
+    root.setLevel(level)
+
+
+def test_logs_are_json_off_a_terminal_and_carry_the_request_ids(restore_logging: None) -> None:
     out = io.StringIO()  # not a terminal
     logs.configure("info", stream=out)
-    try:
-        log = structlog.get_logger("test")
-        with logs.request_scope("grpc", request_id="req-1", episode_id="ep-1"):
-            logs.bind_ids(call_id="call-1")
-            log.info("generated", tokens=3)
-            assert logs.current_door() == "grpc"
-        log.info("outside")
-        assert logs.current_door() == "internal"
-    finally:
-        structlog.reset_defaults()
-    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    log = structlog.get_logger("test")
+    with logs.request_scope("grpc", request_id="req-1", episode_id="ep-1"):
+        logs.bind_ids(call_id="call-1")
+        log.info("generated", tokens=3)
+        logging.getLogger("uvicorn.error").warning("library line %d", 7)
+        assert logs.current_door() == "grpc"
+    log.info("outside")
+    assert logs.current_door() == "internal"
+    first, library, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert (library["event"], library["level"], library["logger"]) == (
+        "library line 7", "warning", "uvicorn.error")
+    assert library["request_id"] == "req-1" and library["call_id"] == "call-1"
     assert first["event"] == "generated" and first["level"] == "info"
     assert (first["request_id"], first["episode_id"], first["call_id"], first["door"]) == (
         "req-1", "ep-1", "call-1", "grpc")
     assert "request_id" not in second and "timestamp" in second
 
 
-def test_logs_are_pretty_on_a_terminal() -> None:
+def test_logs_are_pretty_on_a_terminal(restore_logging: None) -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
 
     out = Tty()
     logs.configure("info", stream=out)
-    try:
-        with logs.request_scope("http", request_id="req-2"):
-            structlog.get_logger("test").info("hello")
-    finally:
-        structlog.reset_defaults()
+    with logs.request_scope("http", request_id="req-2"):
+        structlog.get_logger("test").info("hello")
     line = out.getvalue()
     assert "hello" in line and "req-2" in line and not line.lstrip().startswith("{")
 

@@ -69,20 +69,27 @@ def configure(level: str = "info", *, json: bool | None = None,
     stream = stream if stream is not None else sys.stderr
     if json is None:
         json = not stream.isatty()
-    processors: list[Any] = [
+    numeric = logging.getLevelName(level.upper())
+    shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    if json:
-        processors += [structlog.processors.dict_tracebacks,
-                       structlog.processors.JSONRenderer()]
-    else:
-        processors += [structlog.dev.ConsoleRenderer(colors=stream.isatty())]
+    renderer: list[Any] = (
+        [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()] if json
+        else [structlog.dev.ConsoleRenderer(colors=stream.isatty())])
     structlog.configure(
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelName(level.upper())),
+        processors=[*shared, *renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
+    # Libraries log through the standard library (uvicorn, grpc, transformers): the same
+    # format and the same request ids for their lines too.
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer]))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(numeric)
