@@ -109,7 +109,9 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
         # Same process, same loop, same Swarm: HTTP calls land in the same episodes. It
         # starts first so that no StartEpisode can answer without the base URL.
         http = HttpServer(build_app(swarm, server_keys=keys), config.host, config.http_port,
-                          grace_s=config.grace_s)
+                          grace_s=config.grace_s,
+                          tls=(config.tls_cert, config.tls_key)
+                          if config.tls_cert and config.tls_key else None)
         await http.start()
         swarm.openai_base_url = http.openai_base_url
     try:

@@ -51,7 +51,7 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=50051, help="gRPC port, 0 = any free port")
     p.add_argument("--http-port", type=int, default=8000,
                    help="OpenAI-compatible HTTP port, 0 = any free port, -1 = off")
-    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain (enables TLS)")
+    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain (enables TLS for gRPC and HTTP)")
     p.add_argument("--tls-key", type=Path, help="PEM private key")
     p.add_argument("--admin-key", action="append", default=[],
                    help="API key with admin role (NAME=KEY binds it to principal NAME)")

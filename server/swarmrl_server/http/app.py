@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -186,8 +187,11 @@ def listening_socket(family: socket.AddressFamily) -> socket.socket:
 class HttpServer:
     """The shim on `host:port` (0 = a free port), served by uvicorn in the running loop."""
 
-    def __init__(self, app: FastAPI, host: str, port: int, *, grace_s: float = 5.0) -> None:
+    def __init__(self, app: FastAPI, host: str, port: int, *, grace_s: float = 5.0,
+                 tls: tuple[Path, Path] | None = None) -> None:
         self.app = app
+        self._tls = tls
+        """(certificate chain, private key) in PEM: serve HTTPS, as gRPC does with them."""
         self.host = host
         self._requested_port = port
         self.port = 0
@@ -199,7 +203,8 @@ class HttpServer:
     @property
     def base_url(self) -> str:
         """Root URL, e.g. http://127.0.0.1:8000 (ANTHROPIC_BASE_URL takes this one)."""
-        return f"http://{url_host(self.host)}:{self.port}"
+        scheme = "https" if self._tls else "http"
+        return f"{scheme}://{url_host(self.host)}:{self.port}"
 
     @property
     def openai_base_url(self) -> str:
@@ -221,6 +226,8 @@ class HttpServer:
         config = uvicorn.Config(
             self.app, lifespan="off", log_config=None, access_log=False,
             timeout_graceful_shutdown=max(1, round(self._grace_s)), ws="none",
+            ssl_certfile=str(self._tls[0]) if self._tls else None,
+            ssl_keyfile=str(self._tls[1]) if self._tls else None,
         )
         self._server = _InLoopServer(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
