@@ -37,7 +37,7 @@ from swarmrl_server.engine.base import (
     check_sampling,
 )
 from swarmrl_server.episodes.chat import Message, parse_reply, validate_messages
-from swarmrl_server.episodes.render import extended_parent, render_prompt
+from swarmrl_server.episodes.render import chat_of, extended_parent, render_prompt
 from swarmrl_server.errors import Reason, SwarmError, invalid, not_found, precondition, unavailable
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.identity import IN_PROCESS, Principal, require_owner
@@ -385,6 +385,8 @@ class EpisodeRegistry:
             created_at=time.time(), chat_json=chat_json, top_logprobs=output.top_logprobs,
             constrained=params.structural_tag is not None,
         )
+        if chat is not None:  # kept in memory for the next turn (see render.py)
+            call.chat, call.rendered_text = chat, rendered.text
         # Once the engine has finished, the call is recorded whole even if the caller goes
         # away meanwhile, so the store and the in-memory call list never disagree.
         await asyncio.shield(self._record_call(open_, call))
@@ -403,6 +405,9 @@ class EpisodeRegistry:
                 return
             call.seq = len(open_.calls)
             await self._store.add_call(call)
+            for older in open_.calls:  # the caches serve the next turn only (memory)
+                if older.model == call.model:
+                    older.chat, older.rendered_text = None, ""
             open_.calls.append(call)
 
     def _resolve_model(self, record: EpisodeRecord, model: str) -> ModelHost:
@@ -446,7 +451,7 @@ class EpisodeRegistry:
         return params, overridden
 
     def _replay(self, call: CallRecord) -> GenerationResult:
-        chat = json.loads(call.chat_json) if call.chat_json else None
+        chat = chat_of(call)
         message, finish_reason = (
             (chat["reply"], call.finish_reason) if chat else parse_reply(call.text, call.finish_reason)
         )

@@ -9,6 +9,10 @@ timeline merging later finds an exact token prefix. When the messages do not
 extend any earlier call (history edited, compacted, tools changed, or a template
 that rewrites history), the messages are rendered afresh and the fork's cause is
 recorded.
+
+Cost per turn: the template renders the new messages once (their text is kept on the
+call for the next turn's bridge), only the bridge is tokenized, and the earlier call's
+chat is read from memory, not parsed from JSON (see `CallRecord.chat`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,15 @@ class Rendered:
     """The call whose exact ids start this prompt ("" when rendered afresh)."""
     fork_reason: str = ""
     """Why no earlier chat call could be extended ("" when one was, or on the first call)."""
+    text: str = ""
+    """The template's text for the messages (with the generation prompt)."""
+
+
+def chat_of(call: CallRecord) -> dict[str, Any] | None:
+    """The call's chat ({"messages", "tools", "reply", "fork_reason"}), parsed once."""
+    if call.chat is None and call.chat_json:
+        call.chat = json.loads(call.chat_json)
+    return call.chat
 
 
 def _norm_calls(calls: Any) -> list[tuple[str, Any]]:
@@ -63,14 +76,18 @@ def render_prompt(
 ) -> Rendered:
     """Prompt ids for a chat call, extending the latest earlier call it continues."""
     fork_reason = ""
+    full = render_text(tokenizer, messages, tools, generation_prompt=True)
     candidates = [c for c in reversed(earlier_calls) if c.chat_json]
     for call in candidates:
-        prev = json.loads(call.chat_json)
+        prev = chat_of(call)
+        assert prev is not None
         reason = _extension_mismatch(prev, messages, tools, call.text)
         if reason:
             fork_reason = fork_reason or f"call {call.call_id}: {reason}"
             continue
-        bridge = _bridge_text(tokenizer, prev["messages"], messages, tools, call, eos_token_ids)
+        prefix = call.rendered_text or render_text(
+            tokenizer, prev["messages"], tools, generation_prompt=True)
+        bridge = _bridge_text(tokenizer, prefix, full, call, eos_token_ids)
         if bridge is None:
             fork_reason = fork_reason or (
                 f"call {call.call_id}: the chat template does not render the longer history "
@@ -79,10 +96,9 @@ def render_prompt(
             continue
         return Rendered(
             call.prompt_ids + call.completion_ids + encode(tokenizer, bridge),
-            extended_call_id=call.call_id,
+            extended_call_id=call.call_id, text=full,
         )
-    text = render_text(tokenizer, messages, tools, generation_prompt=True)
-    return Rendered(encode(tokenizer, text), fork_reason=fork_reason)
+    return Rendered(encode(tokenizer, full), fork_reason=fork_reason, text=full)
 
 
 def _extension_mismatch(
@@ -111,9 +127,8 @@ def _extension_mismatch(
 
 def _bridge_text(
     tokenizer: Any,
-    prev_messages: list[Message],
-    messages: list[Message],
-    tools: Any,
+    prefix: str,
+    full: str,
     call: CallRecord,
     eos_token_ids: Sequence[int],
 ) -> str | None:
@@ -124,8 +139,6 @@ def _bridge_text(
     follows it (or the end-of-turn token itself, when the completion was cut short
     and never produced it).
     """
-    prefix = render_text(tokenizer, prev_messages, tools, generation_prompt=True)
-    full = render_text(tokenizer, messages, tools, generation_prompt=True)
     if not full.startswith(prefix):
         return None
     rest = full[len(prefix):]

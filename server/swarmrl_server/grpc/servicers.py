@@ -16,6 +16,7 @@ from swarmrl._proto.v1 import session_service_pb2 as s_pb
 from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc
 from swarmrl._proto.v1 import types_pb2 as t_pb
 from swarmrl_server.engine.base import GenerationChunk
+from swarmrl_server.episodes.coalesce import coalesced
 from swarmrl_server.episodes.registry import GenerationResult
 from swarmrl_server.errors import invalid
 from swarmrl_server.grpc import convert
@@ -133,7 +134,7 @@ class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
             input_field=f"input.{kind}" if kind else "input", caller=self.caller(context),
             **kwargs,
         )
-        async for item in stream:
+        async for item in coalesced(stream):
             if isinstance(item, GenerationChunk):
                 yield ep_pb.GenerateResponse(chunk=ep_pb.GenerateChunk(
                     token_ids=item.token_ids, logprobs=item.logprobs, text=item.text))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class EpisodeState(str, enum.Enum):
@@ -54,6 +55,12 @@ class CallRecord:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     """Alternatives per generated token, (token id, logprob), when the call asked for them
     (kept in the store, shown by the viewer)."""
+    chat: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    """Not persisted: `chat_json` already parsed (kept on an open episode's latest call,
+    so the next turn costs no JSON round-trip of the whole conversation)."""
+    rendered_text: str = field(default="", repr=False, compare=False)
+    """Not persisted: the chat template's text for this call's messages (kept on an open
+    episode's latest call: the next turn's bridge starts from it instead of a re-render)."""
     constrained: bool = False
     """Decoded under a grammar (forced tool call, JSON response format): `logprobs` are
     those of the grammar-masked, renormalised distribution that produced the tokens,

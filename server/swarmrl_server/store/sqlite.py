@@ -166,6 +166,20 @@ def _blob_to_floats(blob: bytes) -> list[float]:
     return out.tolist()
 
 
+_INSERT_CALL = "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def _call_row(call: CallRecord) -> tuple[Any, ...]:
+    return (
+        call.call_id, call.episode_id, call.seq, call.model,
+        _ids_to_blob(call.prompt_ids), _ids_to_blob(call.completion_ids),
+        _floats_to_blob(call.logprobs), call.policy_version, call.finish_reason,
+        call.temperature, call.text, call.request_id, call.parent_call_id,
+        call.reward, call.created_at, call.chat_json, int(call.constrained),
+        json.dumps(call.top_logprobs) if call.top_logprobs else "",
+    )
+
+
 class SqliteStore:
     """Durable store of sessions, episodes, calls and events."""
 
@@ -176,6 +190,8 @@ class SqliteStore:
             max_workers=1, thread_name_prefix="swarmrl-store"
         )
         self._conn: sqlite3.Connection | None = None
+        self._call_batch: list[tuple[CallRecord, asyncio.Future[None]]] = []
+        self._call_flusher: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -270,20 +286,42 @@ class SqliteStore:
         )
 
     async def add_call(self, call: CallRecord) -> None:
-        await self._run(
-            self._tx,
-            lambda c: c.execute(
-                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    call.call_id, call.episode_id, call.seq, call.model,
-                    _ids_to_blob(call.prompt_ids), _ids_to_blob(call.completion_ids),
-                    _floats_to_blob(call.logprobs), call.policy_version, call.finish_reason,
-                    call.temperature, call.text, call.request_id, call.parent_call_id,
-                    call.reward, call.created_at, call.chat_json, int(call.constrained),
-                    json.dumps(call.top_logprobs) if call.top_logprobs else "",
-                ),
-            ),
-        )
+        """Commits `call`; returns once it is durable.
+
+        Group commit: calls added while a commit is running share the next transaction
+        (one fsync for all of them), and each caller returns only after its own row is
+        committed. A batch that fails is retried row by row, so one bad row fails only
+        its own caller."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._call_batch.append((call, future))
+        if self._call_flusher is None or self._call_flusher.done():
+            self._call_flusher = asyncio.create_task(self._flush_calls())
+        await future
+
+    async def _flush_calls(self) -> None:
+        while self._call_batch:
+            batch, self._call_batch = self._call_batch, []
+            calls = [call for call, _ in batch]
+            try:
+                await self._run(
+                    self._tx, lambda c, calls=calls: c.executemany(_INSERT_CALL, map(_call_row, calls))
+                )
+            except Exception:  # noqa: BLE001 - isolate the failing row(s)
+                for call, future in batch:
+                    try:
+                        await self._run(
+                            self._tx, lambda c, call=call: c.execute(_INSERT_CALL, _call_row(call))
+                        )
+                    except Exception as exc:  # noqa: BLE001 - handed to that caller
+                        if not future.done():
+                            future.set_exception(exc)
+                    else:
+                        if not future.done():
+                            future.set_result(None)
+                continue
+            for _, future in batch:
+                if not future.done():
+                    future.set_result(None)
 
     async def set_episode_reward(self, episode_id: str, value: float) -> None:
         await self._run(

@@ -10,7 +10,6 @@ that was recorded (and that the next turn must send back to stay on one timeline
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ from fastapi.responses import JSONResponse
 from swarmrl_server.engine.base import GenerationChunk
 from swarmrl_server.episodes.chat import Message, ReplyParser, make_message, validate_messages
 from swarmrl_server.episodes.registry import GenerationResult
+from swarmrl_server.episodes.render import chat_of
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.http.auth import EpisodeAuth
 from swarmrl_server.http.chat_completion.protocol import (
@@ -59,7 +59,7 @@ from swarmrl_server.swarm import Swarm
 
 
 def fork_reason(result: GenerationResult) -> str:
-    chat = json.loads(result.call.chat_json) if result.call.chat_json else {}
+    chat = chat_of(result.call) or {}
     return str(chat.get("fork_reason") or "")
 
 
