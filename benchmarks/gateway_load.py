@@ -62,6 +62,7 @@ class Level:
     wall_s: float
     latencies_ms: list[float]
     cpu_ms: float
+    client_cpu_ms: float
     rss_mib: float
 
     def row(self, direct_p50_ms: float) -> str:
@@ -71,7 +72,7 @@ class Level:
         return (f"{self.door:5} {self.concurrency:5d} {self.calls:6d} "
                 f"{self.calls / self.wall_s:9.0f} {p50:8.2f} {p99:8.2f} "
                 f"{p50 - direct_p50_ms:8.2f} {self.cpu_ms / self.calls:8.3f} "
-                f"{self.rss_mib:8.0f}")
+                f"{self.client_cpu_ms / self.calls:8.3f} {self.rss_mib:8.0f}")
 
 
 class ServerStats:
@@ -161,14 +162,15 @@ async def run_level(door: str, target: str, concurrency: int, min_calls: int,
             for r in range(rounds):
                 await play(w * rounds + r)
 
-        cpu0, t0 = stats.cpu_ms(), time.perf_counter()
+        cpu0, client0, t0 = stats.cpu_ms(), time.process_time(), time.perf_counter()
         await asyncio.gather(*(worker(w) for w in range(concurrency)))
         wall, cpu = time.perf_counter() - t0, stats.cpu_ms() - cpu0
+        client_cpu = (time.process_time() - client0) * 1000
         rss = stats.rss_bytes() / 2**20
         await http.aclose()
         for ep in episodes:
             await ep.end(reward=0.0)
-    return Level(door, concurrency, len(latencies), wall, latencies, cpu, rss)
+    return Level(door, concurrency, len(latencies), wall, latencies, cpu, client_cpu, rss)
 
 
 async def idle_episodes(target: str, count: int, stats: ServerStats) -> tuple[float, float]:
@@ -211,6 +213,13 @@ async def main_async(args: argparse.Namespace) -> None:
             stats = ServerStats(server.proc.pid)  # type: ignore[union-attr]
             print(f"server pid {stats.pid}, RSS at start {stats.rss_bytes() / 2**20:.0f} MiB; "
                   f"load generator in this process; {os.cpu_count()} cores", flush=True)
+            if args.idle:  # first, on a fresh server: nothing freed earlier hides the growth
+                per_started, per_called = await idle_episodes(server.target, args.idle, stats)
+                print(f"idle open episodes ({args.idle:,} opened): "
+                      f"{per_started / 1024:.1f} KiB each just started -> "
+                      f"{2 * GIB / max(per_started, 1):,.0f} fit in 2 GiB; "
+                      f"{per_called / 1024:.1f} KiB each after one chat call -> "
+                      f"{2 * GIB / max(per_called, 1):,.0f} fit in 2 GiB", flush=True)
             direct = await direct_p50_ms(model_dir, 200)
             print(f"direct in-process echo engine call: p50 {direct:.3f} ms\n", flush=True)
             if args.profile:
@@ -218,7 +227,9 @@ async def main_async(args: argparse.Namespace) -> None:
                     ["py-spy", "record", "--pid", str(stats.pid), "--format", "raw",
                      "--output", args.profile, "--rate", "200", "--nonblocking", *(["--native"] if os.environ.get("PYSPY_NATIVE") else [])],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            print("door  conc.  calls   calls/s  p50 ms   p99 ms  +p50 ms  cpu ms  RSS MiB")
+            print("door  conc.  calls   calls/s  p50 ms   p99 ms  +p50 ms  cpu ms  "
+                  "client ms RSS MiB\n(cpu ms: server CPU per call; client ms: this load "
+                  "generator's CPU per call)")
             for door in args.doors:
                 for c in args.concurrency:
                     level = await run_level(door, server.target, c, args.min_calls, stats)
@@ -227,13 +238,6 @@ async def main_async(args: argparse.Namespace) -> None:
                 profiler.send_signal(2)
                 profiler.wait(timeout=60)
                 profiler = None
-            if args.idle:
-                per_started, per_called = await idle_episodes(server.target, args.idle, stats)
-                print(f"\nidle open episodes ({args.idle} opened): "
-                      f"{per_started / 1024:.1f} KiB each just started -> "
-                      f"{2 * GIB / max(per_started, 1):,.0f} fit in 2 GiB; "
-                      f"{per_called / 1024:.1f} KiB each after one call -> "
-                      f"{2 * GIB / max(per_called, 1):,.0f} fit in 2 GiB")
         finally:
             if profiler is not None:
                 profiler.kill()
@@ -246,7 +250,7 @@ def main() -> None:
     p.add_argument("--concurrency", nargs="+", type=int, default=[1, 16, 64, 256])
     p.add_argument("--min-calls", type=int, default=400,
                    help="calls per level at least (episodes are repeated at low concurrency)")
-    p.add_argument("--idle", type=int, default=2000, help="idle episodes to open (0: skip)")
+    p.add_argument("--idle", type=int, default=5000, help="idle episodes to open (0: skip)")
     p.add_argument("--cache-dir", default=os.environ.get("SWARMRL_CACHE",
                                                          str(Path.home() / ".cache/swarmrl")))
     p.add_argument("--profile", default="", help="py-spy raw profile of the server to FILE")

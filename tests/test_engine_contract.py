@@ -197,3 +197,27 @@ async def test_logprobs_equal_a_full_forward_at_t07(engine: Engine, prompt: list
     )[:, 0]
     assert torch.tensor(out.logprobs).sub(ref_T).abs().max().item() <= 1e-4
 
+
+
+async def test_structural_tag_constrains_the_completion(engine: Engine, tiny) -> None:
+    """A forced tool call (an xgrammar structural tag) comes back whole, parseable, ending
+    the turn; vLLM gets it through its structured outputs."""
+    import json
+
+    from swarmrl_server.engine.grammar import tool_call_tag
+    from swarmrl_server.episodes.chat import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, parse_reply
+
+    _, tok = tiny
+    prompt = tok("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+                 add_special_tokens=False)["input_ids"]
+    schema = {"type": "object", "properties": {"city": {"enum": ["Paris", "Lima"]}},
+              "required": ["city"], "additionalProperties": False}
+    tag = tool_call_tag([("get_weather", schema)], TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
+    _, out = await collect(engine, prompt, SamplingParams(max_tokens=MAX_LEN - len(prompt),
+                                                          seed=5, structural_tag=tag))
+    assert out.finish_reason == "stop" and out.completion_ids[-1] in engine.eos_token_ids
+    message, finish = parse_reply(out.text, out.finish_reason)
+    assert finish == "tool_calls", out.text
+    (call,) = message["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"])["city"] in ("Paris", "Lima")

@@ -16,6 +16,12 @@ step `reply_tokens` it is the end-of-turn token with probability 1. So:
     keeps the first ceil(top_p * K) candidates and, as in `HFEngine`, the logprob
     is that of the distribution before truncation.
 
+Under a grammar (`params.structural_tag`, see `engine.grammar`) the distribution is
+the same one masked and renormalised: the end of turn as soon as the grammar allows
+it, else uniform over the candidates the grammar allows or, when it allows none of
+them, over the first K tokens it allows (from the same rotated start). Enumerations
+and fixed scaffolding thus end quickly; free-form strings may run to max_tokens.
+
 It honours the rest of the `Engine` contract like the others: prompt and sampling
 checks, stop tokens and strings, max_tokens and the context limit, abort on close
 or stop, and a policy version per call (weights are ignored: there are none).
@@ -43,6 +49,7 @@ from swarmrl_server.engine.base import (
     check_prompt,
     check_sampling,
 )
+from swarmrl_server.engine.grammar import GrammarCompiler
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, unavailable
 
@@ -84,6 +91,7 @@ class EchoEngine(Engine):
         self._policy_version = 0
         self._running = False
         self._tokens = 0
+        self._grammar: GrammarCompiler | None = None
 
     @classmethod
     def from_pretrained(cls, name: str, path: Path | str, **kwargs: Any) -> EchoEngine:
@@ -121,6 +129,17 @@ class EchoEngine(Engine):
         k = min(CANDIDATES, len(pool))
         return [pool[(start + j) % len(pool)] for j in range(k)]
 
+    def _grammar_candidates(self, matcher: Any, prompt: list[int], step: int) -> list[int]:
+        allowed = self._grammar.allowed(matcher)  # type: ignore[union-attr]
+        if any(t in self.eos_token_ids for t in allowed):
+            return [self.eos_token_ids[0]]
+        ok = set(allowed)
+        cands = [t for t in self._candidates(prompt, step) if t in ok]
+        if cands:
+            return cands
+        start = self._candidates(prompt, step)[0] % len(allowed)
+        return [allowed[(start + j) % len(allowed)] for j in range(min(CANDIDATES, len(allowed)))]
+
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
@@ -134,6 +153,11 @@ class EchoEngine(Engine):
             rng = random.Random(params.seed if params.seed is not None else secrets.randbits(63))
         stop_ids = frozenset(params.stop_token_ids) | frozenset(self.eos_token_ids)
         stream = TextStream(self.tokenizer, prompt, tuple(params.stop))
+        matcher = None
+        if params.structural_tag:
+            if self._grammar is None:
+                self._grammar = GrammarCompiler(self.tokenizer, self.vocab_size, self.eos_token_ids)
+            matcher = self._grammar.matcher(params.structural_tag)
         limit = min(params.max_tokens, self.max_model_len - len(prompt))
         ids: list[int] = []
         lps: list[float] = []
@@ -148,16 +172,21 @@ class EchoEngine(Engine):
                 reason = "abort"
                 break
             step = len(ids)
-            if step >= self.reply_tokens:
+            cands = []
+            if matcher is not None:
+                cands = self._grammar_candidates(matcher, prompt, step)  # type: ignore[union-attr]
+            if (matcher is None and step >= self.reply_tokens) or self.eos_token_ids[0] in cands:
                 token, lp, alts = self.eos_token_ids[0], 0.0, [(self.eos_token_ids[0], 0.0)]
             else:
-                cands = self._candidates(prompt, step)
+                cands = cands or self._candidates(prompt, step)
                 lp = -math.log(len(cands))
                 if rng is None:
                     token = cands[0]
                 else:
                     token = rng.choice(cands[: max(1, math.ceil(params.top_p * len(cands)))])
                 alts = [(t, lp) for t in cands]
+            if matcher is not None and not matcher.is_terminated():
+                matcher.accept_token(token)
             ids.append(token)
             lps.append(lp)
             top = alts[: params.top_logprobs]

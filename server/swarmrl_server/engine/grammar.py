@@ -48,6 +48,13 @@ class GrammarCompiler:
             raise invalid(field, f"cannot be compiled to a grammar: {exc}") from None
         return self._xgr.GrammarMatcher(compiled)
 
+    def allowed(self, matcher: Any) -> list[int]:
+        """Token ids `matcher`'s grammar allows next, ascending."""
+        bitmask_W = self._xgr.allocate_token_bitmask(1, self.vocab_size)[0]
+        matcher.fill_next_token_bitmask(bitmask_W.view(1, -1))
+        bits_W_32 = (bitmask_W[:, None] >> torch.arange(32, dtype=torch.int32)) & 1
+        return [i for i in bits_W_32.flatten().nonzero()[:, 0].tolist() if i < self.vocab_size]
+
     def mask_(self, matchers: Sequence[Any | None], logits_B_V: torch.Tensor) -> None:
         """Sets the logits of tokens each row's grammar forbids to -inf, in place
         (rows whose matcher is None are left alone)."""

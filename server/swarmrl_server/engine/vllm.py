@@ -186,7 +186,7 @@ class VLLMEngine(Engine):
     # ---- generation -------------------------------------------------------------
 
     def _request_body(self, server: VLLMServer, prompt: list[int], params: SamplingParams) -> dict[str, Any]:
-        return {
+        body = {
             "model": server.model,
             "prompt": prompt,
             "max_tokens": min(params.max_tokens, self.max_model_len - len(prompt)),
@@ -203,6 +203,12 @@ class VLLMEngine(Engine):
             "skip_special_tokens": True,
             "include_stop_str_in_output": False,
         }
+        if params.structural_tag:
+            # vLLM's structured outputs take the same xgrammar structural tag. Its bitmask
+            # is applied to the logits before the sampler, so processed logprobs are
+            # those of the masked distribution, as with the CPU engines (engine.grammar).
+            body["structured_outputs"] = {"structural_tag": params.structural_tag}
+        return body
 
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams

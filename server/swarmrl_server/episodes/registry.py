@@ -244,6 +244,12 @@ class EpisodeRegistry:
         require_owner(caller, record.owner, Reason.EPISODE_NOT_FOUND, "episode", episode_id)
         return record
 
+    def open_record(self, episode_id: str) -> EpisodeRecord | None:
+        """The episode's record from memory when it is open (no store read: the HTTP
+        door resolves every request's key with it); None otherwise. Read-only."""
+        open_ = self._open.get(episode_id)
+        return None if open_ is None else open_.record
+
     async def by_api_key(self, api_key: str) -> EpisodeRecord | None:
         episode_id = self.keys.episode_for(api_key)
         return None if episode_id is None else await self._store.get_episode(episode_id)
