@@ -99,6 +99,8 @@ class CallView:
     timeline: int
     """Index of the timeline (of the whole episode) that absorbed it."""
     mean_logprob: float
+    constrained: bool = False
+    """Decoded under a grammar: its completion trains as context (see merge.py)."""
 
 
 @dataclass
@@ -181,6 +183,7 @@ def episode_view(record: EpisodeRecord, decoders: Callable[[str], Decode]) -> Ep
             completion_tokens=len(c.completion_ids), reward=c.reward,
             fork_reason=_fork_reason(c), timeline=timeline_of.get(c.call_id, -1),
             mean_logprob=(sum(c.logprobs) / len(c.logprobs)) if c.logprobs else math.nan,
+            constrained=c.constrained,
         )
         for c in sorted(record.calls, key=lambda c: c.seq)
     ]
