@@ -53,6 +53,22 @@ def load_hosts(config: ServerConfig) -> dict[str, ModelHost]:
     return hosts
 
 
+def ray_hosts(config: ServerConfig) -> dict[str, ModelHost]:
+    """Engines as Ray actors behind a router (`swarmrl serve --ray`)."""
+    from swarmrl_server.scale.ray_placement import init_ray, load_ray_hosts
+    from swarmrl_server.trainer.config import TrainerConfig
+    from swarmrl_server.trainer.setup import options_per_model
+
+    need = float(len(config.models) * config.replicas)
+    if config.train:
+        per_model = options_per_model(config.train_options, [m.name for m in config.models])
+        for options in per_model.values():
+            t = TrainerConfig.from_options(options)
+            need += t.workers * t.worker_cpus if t.workers > 1 else 0
+    init_ray(config.ray_address, logical_cpus=need)
+    return load_ray_hosts(config)
+
+
 @dataclass
 class RunningServer:
     """A server started by `start_server`; `stop()` shuts it down gracefully."""
@@ -85,7 +101,10 @@ class RunningServer:
 async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None = None) -> RunningServer:
     """Starts everything `config` asks for; `hosts` overrides model loading (tests)."""
     torch.set_num_threads(torch_threads(config))
-    hosts = hosts if hosts is not None else load_hosts(config)
+    if config.replicas < 1 or (config.replicas > 1 and not config.ray):
+        raise ValueError(f"--replicas {config.replicas}: more than one replica needs --ray")
+    if hosts is None:
+        hosts = ray_hosts(config) if config.ray else load_hosts(config)
     policy = GenerationPolicy(
         default_max_tokens=config.default_max_tokens, force_temperature=config.force_temperature,
         max_inflight=config.max_inflight,

@@ -79,6 +79,12 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
                         "batch_rule=groups (repeatable); MODEL.KEY=VALUE sets one model's; "
                         "'--train-option help' lists them all")
     p.add_argument("--resume", type=Path, help="resume training from this checkpoint directory")
+    p.add_argument("--ray", action="store_true",
+                   help="place engine replicas and trainer workers as Ray actors")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="Ray cluster to join (implies --ray; default: start a local one)")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="engine replicas per model (needs --ray), behind a sticky router")
     return p
 
 
@@ -110,6 +116,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         default_max_tokens=args.default_max_tokens,
         force_temperature=args.force_temperature, grace_s=args.grace,
         train=args.train, train_options=options, resume=args.resume,
+        ray=args.ray or bool(args.ray_address), ray_address=args.ray_address,
+        replicas=args.replicas,
     )
 
 

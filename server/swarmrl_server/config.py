@@ -116,6 +116,12 @@ class ServerConfig:
     """Trainer settings (key=value), see `swarmrl serve --help`."""
     resume: Path | None = None
     """Checkpoint directory to resume training from."""
+    ray: bool = False
+    """Place engine replicas and trainer workers as Ray actors (`scale.ray_placement`)."""
+    ray_address: str | None = None
+    """Ray cluster to join (e.g. "auto" or "10.0.0.1:6379"); None starts a local one."""
+    replicas: int = 1
+    """Engine replicas per model (with ray), behind a sticky router."""
     vllm_python: Path | None = None
     """Python of the venv holding vLLM, for launched vLLM servers (default:
     $SWARMRL_VLLM_PYTHON, else .venv-vllm/bin/python in the working directory)."""

@@ -50,6 +50,10 @@ class SamplingParams:
     structural tag as JSON (vLLM's `structured_outputs.structural_tag` takes the same).
     Tokens are then sampled from, and their logprobs taken under, the distribution
     renormalised over what the grammar allows (see `engine.grammar`)."""
+    affinity_key: str = ""
+    """Routing hint, not sampling: calls with the same key (the episode id) go to the same
+    replica, which holds their shared prefix in its cache (`scale.router`). Engines ignore
+    it."""
 
 
 MAX_TOP_LOGPROBS = 20

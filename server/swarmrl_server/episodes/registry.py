@@ -346,7 +346,8 @@ class EpisodeRegistry:
                 f"{sampling.max_tokens} + prompt of {len(prompt_ids)} tokens exceeds the "
                 f"context of {host.engine.max_model_len}",
             )
-        params = dataclasses.replace(params, max_tokens=min(params.max_tokens, room))
+        params = dataclasses.replace(params, max_tokens=min(params.max_tokens, room),
+                                     affinity_key=episode_id)
 
         if self._inflight.get(host.name, 0) >= self.policy.max_inflight:
             raise unavailable(

@@ -145,17 +145,18 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     the full dict)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(
+    sd = get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v for k, v in sd.items() if isinstance(v, torch.Tensor)}
 
 
 def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Writes this group's model and optimizer shards under `path/sharded` (collective)."""
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import save as dcp_save
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     msd, osd = get_state_dict(model, optimizer)
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path / SHARDED_DIR))
+    dcp_save({"model": msd, "optim": osd}, checkpoint_id=str(path / SHARDED_DIR))
     if dist.get_rank() == 0:
         (path / SHARDED_DIR / _META).write_text(
             json.dumps({"world_size": dist.get_world_size()}))
@@ -164,7 +165,7 @@ def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
 
 def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Loads shards written by any number of workers (DCP reshards); returns that number."""
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import load as dcp_load
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     meta = path / SHARDED_DIR / _META
@@ -175,8 +176,8 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
             "resume; resume it with workers=1, or start the sharded run from its weights "
             "(--model " + str(path) + ") without --resume")
     msd, osd = get_state_dict(model, optimizer)
-    state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=str(path / SHARDED_DIR))
+    state: dict[str, Any] = {"model": msd, "optim": osd}
+    dcp_load(state, checkpoint_id=str(path / SHARDED_DIR))
     set_state_dict(model, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
     return int(json.loads(meta.read_text())["world_size"])

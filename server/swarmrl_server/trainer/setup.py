@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from swarmrl_server.trainer.config import TrainerConfig
+from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 
 if TYPE_CHECKING:
     from swarmrl_server.config import ServerConfig
@@ -17,6 +17,12 @@ async def attach_trainers(swarm: Swarm, config: ServerConfig) -> None:
     from swarmrl_server.trainer.trainer import Trainer
 
     per_model = options_per_model(config.train_options, list(swarm.models))
+    for name, options in per_model.items():
+        workers = TrainerConfig.from_options(options).workers
+        if workers > 1 and not config.ray:
+            raise TrainerConfigError(
+                f"model {name}: workers={workers} places FSDP2 workers with Ray: add --ray "
+                "(and --ray-address for an existing cluster)")
     for host in swarm.models.values():
         if not host.trainable:
             continue

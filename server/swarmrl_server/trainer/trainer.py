@@ -105,6 +105,9 @@ class Trainer:
         self._unreported: dict[str, int] = {}
         self.model: Any = None
         self.runner: StepRunner | None = None
+        self.group: Any = None
+        """With workers > 1: the FSDP2 workers (scale.ray_placement.RayTrainerGroup), which
+        then stand in for `runner` and `model`."""
         self.writer: metrics.MetricsWriter | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -116,9 +119,12 @@ class Trainer:
         store = self.swarm.store
         if resume is not None:
             path = checkpoint.resolve(resume, self.name)
-            assert self.runner is not None
-            state = await asyncio.to_thread(
-                checkpoint.load_into, path, self.model, self.runner.optimizer)
+            if self.group is not None:
+                state = await asyncio.to_thread(self.group.load, path)
+            else:
+                assert self.runner is not None
+                state = await asyncio.to_thread(
+                    checkpoint.load_into, path, self.model, self.runner.optimizer)
             if state.model != self.name:
                 raise TrainerConfigError(
                     f"checkpoint {path} is of model {state.model!r}, not {self.name!r}")
@@ -152,13 +158,20 @@ class Trainer:
     def _build(self, forward: ForwardFn | None) -> None:
         from swarmrl_server.models import load_model
 
+        if self.config.workers > 1:
+            from swarmrl_server.scale.ray_placement import RayTrainerGroup
+
+            self.group = RayTrainerGroup(self.host.path, self.config)  # type: ignore[arg-type]
+            self.runner = self.group
+            return
+
         torch.manual_seed(self.config.seed)
         model, tokenizer = load_model(self.host.path)  # type: ignore[arg-type]
         pad = tokenizer.pad_token_id
         if pad is None:
             pad = tokenizer.eos_token_id
         placement = Placement.for_option(self.config.device, bf16=self.config.bf16)
-        model.to(placement.device)
+        model.to(placement.device)  # type: ignore[arg-type]
         if self.config.grad_checkpointing:
             enable_gradient_checkpointing(model)
         model.train()
@@ -166,7 +179,7 @@ class Trainer:
         if self.config.kl_coef > 0:
             ref, _ = load_model(self.host.path)  # type: ignore[arg-type]
             ref.requires_grad_(False)
-            ref.to(placement.device)
+            ref.to(placement.device)  # type: ignore[arg-type]
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay,
             betas=(self.config.adam_beta1, self.config.adam_beta2),
@@ -188,6 +201,9 @@ class Trainer:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+        if self.group is not None:
+            await asyncio.to_thread(self.group.close)
+            self.group = None
 
     # -- inputs ------------------------------------------------------------------------
 
@@ -230,17 +246,21 @@ class Trainer:
 
     async def _save_checkpoint_locked(self) -> Path:
         assert self.data_dir is not None and self.runner is not None
+        root = checkpoint.checkpoint_root(self.data_dir, self.name)
         consumed = await self.swarm.store.consumed_episodes(self.name)
         state = checkpoint.TrainerState(
             model=self.name, step=self.step, policy_version=self.policy_version,
             config=self.config.to_dict(),
             consumed=sorted(e for e, s in consumed.items() if s <= self.step),
         )
-        path = await asyncio.to_thread(
-            checkpoint.save, checkpoint.checkpoint_root(self.data_dir, self.name), state,
-            self.model, self.runner.optimizer, source_dir=self.host.path,
-            keep=self.config.keep_checkpoints,
-        )
+        if self.group is not None:
+            path = await asyncio.to_thread(self.group.save, root, state, source_dir=self.host.path,
+                                           keep=self.config.keep_checkpoints)
+        else:
+            path = await asyncio.to_thread(
+                checkpoint.save, root, state, self.model, self.runner.optimizer,
+                source_dir=self.host.path, keep=self.config.keep_checkpoints,
+            )
         self.last_checkpoint_step = self.step
         log.info("checkpoint_saved", model=self.name, step=self.step, path=str(path))
         return path
@@ -422,8 +442,13 @@ class Trainer:
 
     async def _push_weights(self) -> None:
         """Serves the trainer's weights at its policy version and tells the clients."""
-        state = await asyncio.to_thread(
-            lambda: {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
+        state = await asyncio.to_thread(self._weights)
         await self.host.engine.update_weights(state, self.policy_version)
         await self.swarm.policy_version_changed(self.name, self.policy_version)
 
+    def _weights(self) -> dict[str, torch.Tensor]:
+        """The trained weights on CPU (gathered from the workers' shards when sharded)."""
+        if self.group is not None:
+            weights: dict[str, torch.Tensor] = self.group.state_dict()
+            return weights
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
