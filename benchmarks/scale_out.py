@@ -8,9 +8,9 @@
   packing on), `--steps` timed steps after one warm-up, through `RayTrainerGroup` with N
   FSDP2 workers (gloo on CPU, NCCL with `--device cuda`). Median step time.
 
-On the 2-core project machine the replicas and workers share the same two cores, so a
-second replica or worker mostly adds contention: the numbers show the machinery works
-and what it costs, not the speed-up a cluster gives. On a cluster pass `--ray-address`
+On the 2-core project machine every actor runs torch on one thread, so a second replica
+or worker can use the second core and no more (the driver and Ray share them too): the
+numbers show the machinery works and what it costs, not the speed-up a cluster gives. On a cluster pass `--ray-address`
 (and `--device cuda --worker-gpus 1 --replica-gpus 1` on GPU nodes).
 
     python benchmarks/scale_out.py                     # local Ray cluster, tiny model
@@ -177,9 +177,10 @@ def main() -> None:
         print(f"{n:>9} {w['step_s']:>9.3f} {w['tokens_per_s']:>9.0f} "
               f"{base_w['step_s'] / w['step_s']:>8.2f}x")
     if (os.cpu_count() or 1) <= 2 and not args.ray_address:
-        print("\nnote: this machine has 2 cores shared by every replica and worker (and the "
-              "driver), so going from 1 to 2 adds contention, not capacity; these figures "
-              "show that the placement works and its overhead, not a cluster's speed-up.")
+        print("\nnote: this machine has 2 cores. Every actor runs torch on 1 thread, so a "
+              "second replica or worker can use the second core, and no more: the driver, "
+              "the router and Ray share the same cores. These figures show that the placement "
+              "works and what it costs, not what a cluster gives.")
 
 
 if __name__ == "__main__":
