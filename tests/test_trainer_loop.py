@@ -151,8 +151,12 @@ async def test_resume_unconsumes_episodes_of_later_steps(tmp_path: Path, tiny_mo
     swarm = await open_swarm(data, tiny_model_dir)
     try:
         trainer = await train(swarm, resume=step1, checkpoint_every="0")
-        await trainer.wait_for_step(2)  # "b" is trained again, as step 2
-        assert await swarm.store.consumed_episodes(MODEL) == {"a0": 1, "a1": 1, "b0": 2, "b1": 2}
+        # "b" is trained again, once, as step 3: step numbers are never reused, and the
+        # lost step 2 is counted with the episodes it had consumed.
+        await trainer.wait_for_step(3)
+        assert await swarm.store.consumed_episodes(MODEL) == {"a0": 1, "a1": 1, "b0": 3, "b1": 3}
+        assert (trainer.recovery.first_lost_step, trainer.recovery.last_lost_step) == (2, 2)
+        assert trainer.recovery.retrained_episodes == 2
     finally:
         await swarm.stop()
 

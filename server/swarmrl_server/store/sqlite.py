@@ -88,6 +88,14 @@ CREATE TABLE IF NOT EXISTS episode_models (
     PRIMARY KEY (episode_id, model)
 );
 CREATE INDEX IF NOT EXISTS episode_models_queue ON episode_models(model, queued);
+CREATE TABLE IF NOT EXISTS policy_versions (
+    model TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    lost INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (model, version)
+);
 CREATE TABLE IF NOT EXISTS events (
     sequence INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL,
@@ -513,6 +521,43 @@ class SqliteStore:
             ).fetchall()
 
         return await self._run(_tally)
+
+    # -- policy versions ---------------------------------------------------------
+
+    async def record_version(self, model: str, version: int, step: int) -> None:
+        """Logs `version` as issued (committed before the weights are served). The
+        primary key makes issuing a version twice fail instead of renaming weights."""
+        await self._run(self._tx, lambda c: c.execute(
+            "INSERT INTO policy_versions (model, version, step, created_at) VALUES (?, ?, ?, ?)",
+            (model, version, step, time.time())))
+
+    async def issued_versions(self, model: str) -> list[tuple[int, int, bool]]:
+        """(version, step, lost) of every version ever issued for `model`, in order."""
+        def _list() -> list[tuple[int, int, bool]]:
+            rows = self.conn.execute(
+                "SELECT version, step, lost FROM policy_versions WHERE model=? ORDER BY version",
+                (model,)).fetchall()
+            return [(v, s, bool(lost)) for v, s, lost in rows]
+
+        return await self._run(_list)
+
+    async def mark_versions_lost(self, model: str, above: int) -> int:
+        """Marks every version above `above` lost (its weights died with a crash)."""
+        def _mark(c: sqlite3.Connection) -> int:
+            return c.execute("UPDATE policy_versions SET lost=1 WHERE model=? AND version>? "
+                             "AND lost=0", (model, above)).rowcount
+
+        return await self._run(self._tx, _mark)
+
+    async def consumed_after(self, model: str, step: int) -> tuple[int, int]:
+        """(episodes consumed by steps after `step`, the highest such step or `step`)."""
+        def _count() -> tuple[int, int]:
+            n, top = self.conn.execute(
+                "SELECT COUNT(*), MAX(step) FROM consumed WHERE model=? AND step>?",
+                (model, step)).fetchone()
+            return int(n), int(top if top is not None else step)
+
+        return await self._run(_count)
 
     async def counts(self) -> dict[str, int]:
         def _counts() -> dict[str, int]:

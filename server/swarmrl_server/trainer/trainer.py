@@ -36,6 +36,7 @@ from swarmrl_server.trainer import breakdown, checkpoint, metrics
 from swarmrl_server.trainer.batching import Batcher, BatchPlan
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from swarmrl_server.trainer.device import Placement, enable_gradient_checkpointing
+from swarmrl_server.trainer.history import LOST_WEIGHTS, Recovery, VersionHistory
 from swarmrl_server.trainer.step import (
     EpisodeRows,
     ForwardFn,
@@ -103,6 +104,10 @@ class Trainer:
         self._last_step_end = time.monotonic()
         self._paused_reason: str | None = None
         self._unreported: dict[str, int] = {}
+        self.history = VersionHistory(swarm.store, host.name)
+        self.recovery = Recovery()
+        self._recovery_unreported = True
+        self.offpolicy_lost = 0
         self.model: Any = None
         self.runner: StepRunner | None = None
         self.group: Any = None
@@ -117,6 +122,12 @@ class Trainer:
         forward = packed_forward() if self.config.packing else None
         await asyncio.to_thread(self._build, forward)
         store = self.swarm.store
+        if self.config.lost_weights not in LOST_WEIGHTS:
+            raise TrainerConfigError(f"lost_weights must be one of {LOST_WEIGHTS}")
+        if resume is None and self.data_dir is not None:
+            root = checkpoint.checkpoint_root(self.data_dir, self.name)
+            if checkpoint.list_steps(root):  # a plain restart continues, never starts over
+                resume = root
         if resume is not None:
             path = checkpoint.resolve(resume, self.name)
             if self.group is not None:
@@ -130,8 +141,10 @@ class Trainer:
                     f"checkpoint {path} is of model {state.model!r}, not {self.name!r}")
             self.step = self.last_checkpoint_step = state.step
             self.policy_version = state.policy_version
+            self.recovery = await self.history.recover(state.step, state.policy_version)
             # Steps after the checkpoint never happened as far as the weights know.
             await store.forget_consumed_after(self.name, state.step)
+            self.step = self.last_checkpoint_step = self.history.top_step
             known = await store.consumed_episodes(self.name)
             missing = [e for e in state.consumed if e not in known]
             if missing:  # a checkpoint carried into a fresh data dir still trains nothing twice
@@ -141,10 +154,13 @@ class Trainer:
                      policy_version=self.policy_version)
         else:
             self.policy_version = self.host.engine.policy_version
-            earlier = await store.consumed_episodes(self.name)
-            if earlier:
-                log.warning("trainer_fresh_start", model=self.name, consumed_earlier=len(earlier),
-                            hint="pass --resume to continue from a checkpoint")
+            # No checkpoint: whatever was trained before is lost with its weights.
+            self.recovery = await self.history.recover(0, self.policy_version)
+            await store.forget_consumed_after(self.name, 0)
+            self.step = self.last_checkpoint_step = self.history.top_step
+        if self.recovery.last_lost_step or self.recovery.lost_versions:
+            log.warning("trainer_recovered", model=self.name, step=self.step,
+                        **self.recovery.metrics())
         self.not_called = await store.queued_not_called(self.name)
         for record in await store.unconsumed_ended_episodes(self.name):
             self._pending[record.episode_id] = record
@@ -340,6 +356,11 @@ class Trainer:
                 if rows.num_generated == 0:
                     dropped.setdefault("no_tokens", []).append(record)
                     continue
+                if self.history.lost and not self.history.lost.isdisjoint(rows.policy_versions):
+                    if self.config.lost_weights == "drop":
+                        dropped.setdefault("lost_weights", []).append(record)
+                        continue
+                    self.offpolicy_lost += 1  # trained with its true sampling logprobs
                 stale = self.policy_version - min(rows.policy_versions)
                 if stale > self.config.max_staleness:
                     dropped.setdefault("stale", []).append(record)
@@ -374,7 +395,8 @@ class Trainer:
                 advantages_E_L = self.runner.advantages(episodes)
                 stats = await asyncio.to_thread(self.runner.run, episodes, advantages_E_L)
                 t_push = time.monotonic()
-                self.policy_version += 1
+                # Logged durably before use, above every version ever issued.
+                self.policy_version = await self.history.issue(self.policy_version, self.step + 1)
                 await self._push_weights()
                 values.update(stats.to_metrics())
                 values["time/push_s"] = time.monotonic() - t_push
@@ -412,6 +434,10 @@ class Trainer:
             "batch/not_called_total": float(self.not_called),
             "time/step_s": time.monotonic() - t0, "time/wait_s": wait_s,
         })
+        if self._recovery_unreported:
+            values.update(self.recovery.metrics())
+            self._recovery_unreported = False
+        values["recovery/offpolicy_episodes"] = float(self.offpolicy_lost)
         self.writer.write(self.step, values, staleness=staleness)
         self.swarm.telemetry.trainer_step(self.name, self.step, values, staleness)
         self._last_step_end = time.monotonic()
