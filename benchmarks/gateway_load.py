@@ -39,7 +39,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import httpx  # noqa: E402
 import openai  # noqa: E402
 
 from swarmrl import AsyncSwarmClient  # noqa: E402
@@ -130,9 +129,6 @@ async def run_level(door: str, target: str, concurrency: int, min_calls: int,
     async with AsyncSwarmClient(target) as client:
         episodes = [await client.start_episode(task_id=f"load-{uuid.uuid4().hex[:6]}")
                     for _ in range(concurrency * rounds)]
-        http = httpx.AsyncClient(limits=httpx.Limits(max_connections=concurrency + 8,
-                                                     max_keepalive_connections=concurrency + 8),
-                                 timeout=120)
 
         async def grpc_episode(k: int) -> None:
             ep = episodes[k]
@@ -146,8 +142,9 @@ async def run_level(door: str, target: str, concurrency: int, min_calls: int,
 
         async def shim_episode(k: int) -> None:
             ep = episodes[k]
+            # One client per agent, as agents run (its own keep-alive connection).
             oai = openai.AsyncOpenAI(base_url=ep.openai_base_url, api_key=ep.openai_api_key,
-                                     http_client=http, max_retries=0)
+                                     max_retries=0, timeout=120)
             messages: list[dict[str, Any]] = []
             for turn in range(TURNS):
                 messages.append(user_turn(k, turn))
@@ -167,7 +164,6 @@ async def run_level(door: str, target: str, concurrency: int, min_calls: int,
         wall, cpu = time.perf_counter() - t0, stats.cpu_ms() - cpu0
         client_cpu = (time.process_time() - client0) * 1000
         rss = stats.rss_bytes() / 2**20
-        await http.aclose()
         for ep in episodes:
             await ep.end(reward=0.0)
     return Level(door, concurrency, len(latencies), wall, latencies, cpu, client_cpu, rss)

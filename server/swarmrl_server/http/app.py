@@ -40,6 +40,8 @@ from swarmrl_server.swarm import Swarm
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Largest request body accepted (a long token-id prompt is big); larger is a 413."""
+KEEP_ALIVE_S = 300
+"""How long an idle keep-alive connection stays open."""
 CLIENT_CLOSED = 499
 """Status logged for a request whose client went away (nginx's convention)."""
 
@@ -226,6 +228,10 @@ class HttpServer:
         config = uvicorn.Config(
             self.app, lifespan="off", log_config=None, access_log=False,
             timeout_graceful_shutdown=max(1, round(self._grace_s)), ws="none",
+            # Agents idle between calls while their tools run: a keep-alive connection
+            # the server drops after uvicorn's default 5 s races the client's next
+            # request on it (a connection error). Keep idle connections for minutes.
+            timeout_keep_alive=KEEP_ALIVE_S,
             ssl_certfile=str(self._tls[0]) if self._tls else None,
             ssl_keyfile=str(self._tls[1]) if self._tls else None,
         )
