@@ -47,7 +47,8 @@ async def test_ray_replicas_and_fsdp2_workers_train(
         train=True, ray=True, replicas=2,
         train_options={"batch_size": "4", "group_size": "2", "workers": "2",
                        "worker_cpus": "1", "checkpoint_every": "0", "progress": "false",
-                       "checkpoint_on_stop": "false", "max_staleness": "100", "lr": "1e-3"},
+                       "checkpoint_on_stop": "false", "max_staleness": "100", "lr": "1e-3",
+                       "packing": "true"},
     )
     running = await start_server(config)
     try:
@@ -97,6 +98,10 @@ async def test_ray_replicas_and_fsdp2_workers_train(
         assert len(set().union(*homes.values())) == 2  # both replicas served episodes
         consumed = await running.swarm.store.consumed_episodes("tiny")
         assert len(ended) == 12 and set(ended) <= set(consumed)
+        # A sharded checkpoint: the workers' DCP shards next to servable HF weights.
+        path = await trainer.save_checkpoint()
+        assert path.name == "step-3" and (path / "sharded" / "sharded_meta.json").is_file()
+        assert (path / "model.safetensors").is_file() and (path / "trainer_state.json").is_file()
     finally:
         await running.stop()
         ray.shutdown()

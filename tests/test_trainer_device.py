@@ -27,6 +27,8 @@ def test_auto_is_cpu_without_a_gpu_and_cuda_is_refused() -> None:
 def test_grad_checkpointing_with_packing_is_refused() -> None:
     with pytest.raises(TrainerConfigError, match="grad_checkpointing"):
         TrainerConfig.from_options({"grad_checkpointing": "true", "packing": "true"})
+    with pytest.raises(TrainerConfigError, match="reference model"):
+        TrainerConfig.from_options({"workers": "2", "kl_coef": "0.1"})
 
 
 def test_cpu_placement_is_todays_step_and_logs_speed_and_memory(tiny_model_dir: Path) -> None:

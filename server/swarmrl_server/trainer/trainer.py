@@ -177,8 +177,13 @@ class Trainer:
         if self.config.workers > 1:
             from swarmrl_server.scale.ray_placement import RayTrainerGroup
 
+            from transformers import AutoConfig, AutoModelForCausalLM
+
             self.group = RayTrainerGroup(self.host.path, self.config)  # type: ignore[arg-type]
             self.runner = self.group
+            with torch.device("meta"):  # the model's shape, for metrics; no weights here
+                self.model = AutoModelForCausalLM.from_config(
+                    AutoConfig.from_pretrained(self.host.path, local_files_only=True))
             return
 
         torch.manual_seed(self.config.seed)
