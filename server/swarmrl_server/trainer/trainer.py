@@ -175,9 +175,9 @@ class Trainer:
         from swarmrl_server.models import load_model
 
         if self.config.workers > 1:
-            from swarmrl_server.scale.ray_placement import RayTrainerGroup
-
             from transformers import AutoConfig, AutoModelForCausalLM
+
+            from swarmrl_server.scale.ray_placement import RayTrainerGroup
 
             self.group = RayTrainerGroup(self.host.path, self.config)  # type: ignore[arg-type]
             self.runner = self.group
