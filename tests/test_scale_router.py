@@ -121,3 +121,16 @@ async def test_router_sticky_least_loaded_failover_and_weights(tiny_model_dir: P
         assert victim.policy_version == 2 and router.restarts == 1
     finally:
         await router.stop()
+
+
+def test_ray_flags_parse_and_replicas_need_ray(tmp_path: Path) -> None:
+    from swarmrl_server.app import start_server
+    from swarmrl_server.cli import build_parser, config_from_args
+    from swarmrl_server.config import ServerConfig
+
+    config = config_from_args(build_parser().parse_args(
+        ["--ray-address", "10.0.0.1:6379", "--replicas", "2"]))
+    assert config.ray and config.ray_address == "10.0.0.1:6379" and config.replicas == 2
+    assert not config_from_args(build_parser().parse_args([])).ray
+    with pytest.raises(ValueError, match="needs --ray"):
+        asyncio.run(start_server(ServerConfig(replicas=2, port=0, http_port=None)))

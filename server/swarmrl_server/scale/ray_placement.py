@@ -135,7 +135,7 @@ class RayReplica(Engine):
         self.eos_token_ids = tuple(info["eos_token_ids"])
         self.tokenizer = tokenizer
         self._version = int(info["policy_version"])
-        self._put: tuple[int, Any] | None = None
+        self._put: tuple[Mapping[str, torch.Tensor], Any] | None = None
 
     @property
     def policy_version(self) -> int:
@@ -169,8 +169,9 @@ class RayReplica(Engine):
         import ray
 
         # The router hands every replica the same dict: put it in the object store once.
-        if self._put is None or self._put[0] != id(state_dict):
-            self._put = (id(state_dict), await asyncio.to_thread(ray.put, dict(state_dict)))
+        # (Keyed by the dict itself, held here, so a recycled id() can never match.)
+        if self._put is None or self._put[0] is not state_dict:
+            self._put = (state_dict, await asyncio.to_thread(ray.put, dict(state_dict)))
         try:
             self._version = await self.actor.update_weights.remote(self._put[1], policy_version)
         except Exception as exc:
