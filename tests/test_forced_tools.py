@@ -131,7 +131,8 @@ async def test_anthropic_forced_tool_use(http_server: Any, choice: dict[str, Any
 # -- OpenAI Agents SDK and LangChain ---------------------------------------------------
 
 
-async def test_openai_agents_sdk_with_required_tool_choice(http_server: Any) -> None:
+@pytest.mark.parametrize("tool_choice", ["required", "get_weather"])
+async def test_openai_agents_sdk_with_forced_tool_choice(http_server: Any, tool_choice: str) -> None:
     from agents import (
         Agent,
         ModelSettings,
@@ -154,7 +155,7 @@ async def test_openai_agents_sdk_with_required_tool_choice(http_server: Any) -> 
     agent = Agent(
         name="forecaster", instructions="Use the tool.", tools=[get_weather],
         model=OpenAIChatCompletionsModel(model="tiny", openai_client=oai(ep)),
-        model_settings=ModelSettings(tool_choice="required", max_tokens=MAX_TOKENS),
+        model_settings=ModelSettings(tool_choice=tool_choice, max_tokens=MAX_TOKENS),
         tool_use_behavior="stop_on_first_tool",
     )
     for stream in (False, True):
