@@ -18,6 +18,7 @@ same code runs with num_gpus=0 on the CPU test cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pickle
@@ -70,6 +71,15 @@ def init_ray(address: str | None, *, logical_cpus: float = 0) -> None:
         ray.init(num_cpus=int(max(os.cpu_count() or 1, logical_cpus)),
                  include_dashboard=False, runtime_env=runtime_env, log_to_driver=False,
                  _node_ip_address="127.0.0.1")
+
+
+def _unwrap(exc: Exception) -> Exception:
+    """A dead actor as `ReplicaDied`; an engine's own error (e.g. a SwarmError naming a
+    bad field) as itself rather than Ray's wrapper, so the front doors translate it."""
+    if _is_death(exc):
+        return ReplicaDied(str(exc))
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, Exception) else exc
 
 
 def _is_death(exc: BaseException) -> bool:
@@ -153,15 +163,25 @@ class RayReplica(Engine):
     async def generate(  # type: ignore[override]
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
+        import ray
+
         stream = self.actor.generate.options(num_returns="streaming").remote(
             list(prompt_ids), params)
+        finished = False
         try:
             async for ref in stream:
                 yield await ref
+            finished = True
         except Exception as exc:
-            if _is_death(exc):
-                raise ReplicaDied(str(exc)) from exc
-            raise
+            finished = True
+            err = _unwrap(exc)
+            if err is exc:
+                raise
+            raise err from exc
+        finally:
+            if not finished:  # the caller went away: cancel the generation in the replica
+                with contextlib.suppress(Exception):
+                    ray.cancel(stream)
 
     async def update_weights(
         self, state_dict: Mapping[str, torch.Tensor], policy_version: int
@@ -175,17 +195,19 @@ class RayReplica(Engine):
         try:
             self._version = await self.actor.update_weights.remote(self._put[1], policy_version)
         except Exception as exc:
-            if _is_death(exc):
-                raise ReplicaDied(str(exc)) from exc
-            raise
+            err = _unwrap(exc)
+            if err is exc:
+                raise
+            raise err from exc
 
     async def ping(self) -> int:
         try:
             pid: int = await self.actor.ping.remote()
         except Exception as exc:
-            if _is_death(exc):
-                raise ReplicaDied(str(exc)) from exc
-            raise
+            err = _unwrap(exc)
+            if err is exc:
+                raise
+            raise err from exc
         return pid
 
     async def served_version(self) -> int:
