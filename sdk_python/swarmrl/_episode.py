@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import structlog
 
 from swarmrl import _convert
-from swarmrl._errors import FailedPreconditionError, SwarmError
+from swarmrl._errors import FailedPreconditionError, StreamInterruptedError, SwarmError
 from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
 from swarmrl._streams import AsyncCompletionStream, GenerateCall
 from swarmrl._transport import Transport
@@ -192,7 +192,7 @@ class AsyncEpisode:
             NotFoundError: Unknown episode or model.
             FailedPreconditionError: The episode is no longer open.
         """
-        async with self.stream(
+        return await _complete_whole(self.stream(
             messages,
             model=model,
             tools=tools,
@@ -203,8 +203,7 @@ class AsyncEpisode:
             stop_token_ids=stop_token_ids,
             seed=seed,
             top_logprobs=top_logprobs,
-        ) as stream:
-            return await stream.get_final_completion()
+        ))
 
     async def generate_tokens(
         self,
@@ -224,7 +223,7 @@ class AsyncEpisode:
         The ids are used exactly as given; no chat template is applied. Other
         arguments are as for `chat`.
         """
-        async with self.stream_tokens(
+        return await _complete_whole(self.stream_tokens(
             token_ids,
             model=model,
             temperature=temperature,
@@ -234,8 +233,7 @@ class AsyncEpisode:
             stop_token_ids=stop_token_ids,
             seed=seed,
             top_logprobs=top_logprobs,
-        ) as stream:
-            return await stream.get_final_completion()
+        ))
 
     async def reward(
         self, value: float, call_id: str | None = None, *, model: str | None = None
@@ -325,3 +323,23 @@ class AsyncEpisode:
                 except SwarmError as abort_err:
                     _log.warning("abort failed", episode_id=self._id, error=str(abort_err))
             raise
+
+
+MAX_REISSUES = 8
+"""How often a non-streaming call whose stream broke is re-issued (each re-issue also
+waits out a restarting server under the client's retry policy)."""
+
+
+async def _complete_whole(stream: AsyncCompletionStream) -> Completion:
+    """Reads a completion whole; a stream that breaks mid-way is re-issued whole with the
+    same request_id: the server records only finished calls and answers a finished
+    request_id with its record, so exactly one call is recorded."""
+    for attempt in range(MAX_REISSUES + 1):
+        try:
+            async with stream:
+                return await stream.get_final_completion()
+        except StreamInterruptedError:
+            if attempt == MAX_REISSUES or stream.transport_policy is None:
+                raise
+            stream = stream.reissued()
+    raise AssertionError("unreachable")

@@ -15,6 +15,7 @@ and `from_grpc_error` unpacks them onto the exception::
     ├── PermissionDeniedError        PERMISSION_DENIED (the key's role does not allow it)
     ├── ResourceExhaustedError       RESOURCE_EXHAUSTED (server over capacity)
     ├── UnavailableError             UNAVAILABLE (unreachable, paused; retried for you)
+    │   └── StreamInterruptedError   a started stream broke; the call can be re-issued
     ├── DeadlineExceededError        DEADLINE_EXCEEDED
     ├── CancelledError               CANCELLED
     ├── InternalError                INTERNAL
@@ -46,6 +47,7 @@ __all__ = [
     "OutOfRangeError",
     "PermissionDeniedError",
     "ResourceExhaustedError",
+    "StreamInterruptedError",
     "SwarmError",
     "UnauthenticatedError",
     "UnavailableError",
@@ -180,6 +182,18 @@ class UnavailableError(SwarmError):
     """The server is unreachable or asked to retry later; the SDK retries these itself."""
 
     default_code = grpc.StatusCode.UNAVAILABLE
+
+
+class StreamInterruptedError(UnavailableError):
+    """A streaming generation broke after it had started (the server or the connection
+    went away). The server records a call only once it has finished, so nothing partial
+    was kept: the call can be re-issued. Re-issuing with the same ``request_id`` is
+    answered with the recorded call if it did finish; ``chat()`` and
+    ``generate_tokens()`` re-issue for you."""
+
+    def __init__(self, message: str, *, request_id: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.request_id = request_id
 
 
 class DeadlineExceededError(SwarmError):

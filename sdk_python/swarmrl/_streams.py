@@ -17,7 +17,7 @@ from types import TracebackType
 
 from swarmrl._compat import Self
 from swarmrl._convert import chunk_from_proto, completion_from_proto, event_from_proto
-from swarmrl._errors import SwarmError, UnknownError
+from swarmrl._errors import StreamInterruptedError, SwarmError, UnavailableError, UnknownError
 from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
 from swarmrl._proto.v1 import session_service_pb2 as session_pb2
 from swarmrl._retry import Budget, call_with_retry
@@ -49,7 +49,8 @@ class AsyncCompletionStream:
     completion. Leaving the ``async with`` block early cancels the generation. The
     call starts on the first iteration; an UNAVAILABLE failure before the first
     message (a server restarting, generation paused) is retried with the same
-    request_id, a failure after it is raised.
+    request_id; a failure after it raises `StreamInterruptedError` (the call can be
+    re-issued: only finished calls are recorded).
     """
 
     def __init__(self, call: GenerateCall) -> None:
@@ -59,6 +60,15 @@ class AsyncCompletionStream:
         self._received_any = False
         self._completion: Completion | None = None
         self._closed = False
+
+    @property
+    def transport_policy(self) -> object | None:
+        """The client's retry policy (None: retries are off)."""
+        return self._transport.policy
+
+    def reissued(self) -> AsyncCompletionStream:
+        """A fresh stream for the same request (same request_id), not yet started."""
+        return AsyncCompletionStream(GenerateCall(self._transport, self._request))
 
     @property
     def request_id(self) -> str:
@@ -112,7 +122,16 @@ class AsyncCompletionStream:
             self._received_any = True
         else:
             assert self._stream is not None
-            message = await self._stream.next()
+            try:
+                message = await self._stream.next()
+            except UnavailableError as err:
+                # Chunks were already yielded, so a silent retry would repeat them; the
+                # caller decides (nothing partial was recorded on the server).
+                raise StreamInterruptedError(
+                    f"the Generate stream broke after it started ({err.message}); the call "
+                    f"can be re-issued (request_id {self.request_id!r} replays it if it "
+                    "finished)", request_id=self.request_id, reason=err.reason,
+                ) from err
         if message is None:
             raise UnknownError("the Generate stream ended without a result")
         return message

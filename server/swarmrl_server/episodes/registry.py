@@ -396,7 +396,10 @@ class EpisodeRegistry:
             call.chat, call.rendered_text = chat, rendered.text
         # Once the engine has finished, the call is recorded whole even if the caller goes
         # away meanwhile, so the store and the in-memory call list never disagree.
-        await asyncio.shield(self._record_call(open_, call))
+        recorded = await asyncio.shield(self._record_call(open_, call))
+        if recorded is not call:  # a re-issue of this request_id finished first
+            yield self._replay(recorded)
+            return
         if self._telemetry is not None:
             self._telemetry.call_done(
                 host.name, prompt_tokens=len(call.prompt_ids),
@@ -404,18 +407,26 @@ class EpisodeRegistry:
                 first_token_s=first_token_s, total_s=time.perf_counter() - t0)
         yield GenerationResult(call, message, finish_reason, overridden)
 
-    async def _record_call(self, open_: _Open, call: CallRecord) -> None:
+    async def _record_call(self, open_: _Open, call: CallRecord) -> CallRecord:
+        """Records `call`, or returns the call already recorded under its request_id (a
+        client re-issued a call whose stream broke while this one still ran): one
+        request_id, one recorded call."""
         async with open_.lock:
             if call.episode_id not in self._open:
                 # Ended or aborted while this call ran: hand the result back, record nothing.
                 log.warning("call_after_episode_closed", episode_id=call.episode_id)
-                return
+                return call
+            if call.request_id:
+                for earlier in open_.calls:
+                    if earlier.request_id == call.request_id:
+                        return earlier
             call.seq = len(open_.calls)
             await self._store.add_call(call)
             for older in open_.calls:  # the caches serve the next turn only (memory)
                 if older.model == call.model:
                     older.chat, older.rendered_text = None, ""
             open_.calls.append(call)
+            return call
 
     def _resolve_model(self, record: EpisodeRecord, model: str) -> ModelHost:
         name = model or record.models[0]
