@@ -56,31 +56,35 @@ def _config() -> TrainerConfig:
     return TrainerConfig.from_options(OPTIONS)
 
 
-def _worker(rank: int, world: int, port: int, model_dir: str, blob: bytes, out: str,
-            resume: str) -> None:
+def _worker(rank: int, ports: tuple[int, int], model_dir: str, blob: bytes, out: str) -> None:
+    """Rank r of 2: one step, full weights, sharded save. Then rank 0 alone (a new group of
+    1, in the same process to save a start-up) resumes the 2 workers' checkpoint."""
     from swarmrl_server.trainer.distributed import TrainerWorker
 
     torch.set_num_threads(1)
-    w = TrainerWorker(rank, world, "127.0.0.1", port, model_dir, _config().to_dict())
+    ckpt = str(Path(out).parent / "ckpt")
+    w = TrainerWorker(rank, 2, "127.0.0.1", ports[0], model_dir, _config().to_dict())
     try:
         episodes = pickle.loads(blob)
-        if resume:
-            resumed_from = w.load(resume)
-            sd = w.state_dict()
-            if rank == 0:
-                steps = sorted({float(s["step"]) for s in w.optimizer.state.values()})
-                torch.save({"weights": sd, "resumed_from": resumed_from, "steps": steps}, out)
-            return
         advantages = w.runner.advantages(episodes)
         share = w.runner.dp.share(episodes)  # type: ignore[union-attr]
         stats = w.step(blob, advantages)
         sd = w.state_dict()
-        w.save(str(Path(out).parent / "ckpt"))
-        if rank == 0:
-            torch.save({"weights": sd, "grad_norm": stats.grad_norm, "loss": stats.loss,
-                        "tokens": stats.tokens_trained, "share0": share}, out)
+        w.save(ckpt)
     finally:
         w.close()
+    if rank != 0:
+        return
+    one = TrainerWorker(0, 1, "127.0.0.1", ports[1], model_dir, _config().to_dict())
+    try:
+        resumed_from = one.load(ckpt)
+        steps = sorted({float(s["step"]) for s in one.optimizer.state.values()})
+        torch.save({"weights": sd, "grad_norm": stats.grad_norm, "loss": stats.loss,
+                    "tokens": stats.tokens_trained, "share0": share,
+                    "resumed": {"weights": one.state_dict(), "resumed_from": resumed_from,
+                                "steps": steps}}, out)
+    finally:
+        one.close()
 
 
 def test_two_fsdp2_workers_equal_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -103,7 +107,7 @@ def test_two_fsdp2_workers_equal_one_process(tiny_model_dir: Path, tmp_path: Pat
 
     out = tmp_path / "rank0.pt"
     blob = pickle.dumps(episodes)
-    mp.spawn(_worker, args=(2, free_port(), str(tiny_model_dir), blob, str(out), ""),
+    mp.spawn(_worker, args=((free_port(), free_port()), str(tiny_model_dir), blob, str(out)),
              nprocs=2, join=True)
     got = torch.load(out, weights_only=False)
     assert got["share0"] == shares[0]
@@ -117,11 +121,8 @@ def test_two_fsdp2_workers_equal_one_process(tiny_model_dir: Path, tmp_path: Pat
     print(f"max abs parameter difference {diff:.2e} (update moved weights by up to {moved:.2e})")
     assert diff <= 1e-5, f"max abs parameter difference {diff}"
 
-    # Resume the 2 workers' sharded checkpoint on 1 worker: DCP reshards it.
-    out1 = tmp_path / "resumed.pt"
-    mp.spawn(_worker, args=(1, free_port(), str(tiny_model_dir), blob, str(out1),
-                            str(tmp_path / "ckpt")), nprocs=1, join=True)
-    resumed = torch.load(out1, weights_only=False)
+    # The 2 workers' sharded checkpoint resumed on 1 worker: DCP reshards it.
+    resumed = got["resumed"]
     assert resumed["resumed_from"] == 2
     assert resumed["steps"] == [2.0]  # the AdamW state came back too (two updates)
     for k, v in got["weights"].items():
