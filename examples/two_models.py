@@ -42,6 +42,8 @@ TRAIN_OPTIONS = {
     "adv_estimator": "grpo", "policy_loss": "vanilla", "batch_rule": "groups",
     "batch_size": "4", "group_size": "4", "mode": "async", "max_staleness": "4",
     "checkpoint_every": "0", "progress": "false", "max_pending": "48",
+    # A small entropy bonus: a proposer that always writes the same clue stops exploring.
+    "entropy_coeff": "0.01",
 }
 
 
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/two-models")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--episodes", type=int, default=1600, help="episodes in all (whole groups)")
+    p.add_argument("--episodes", type=int, default=2400, help="episodes in all (whole groups)")
     p.add_argument("--minutes", type=float, default=8.0, help="time limit of the RL phase")
     p.add_argument("--sft-steps", type=int, default=100)
     p.add_argument("--lr", type=float, default=3e-4)
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 cwd=REPO, env=env, stdout=open(out / f"proposer-v{version}.log", "wb"),
                 stderr=subprocess.STDOUT)
             procs.append(proc)
-            time.sleep(5)
+            time.sleep(2)
             print(f"[two-models] live clients while proposer v{version} runs:\n"
                   f"{list_clients(target)}", flush=True)
             watch(proc, server, logs, data_dir, t_rl)

@@ -2,9 +2,10 @@
 
 1. The referee names a hidden fruit and asks the **proposer** to write the clue of a
    question: "Which color is apple?" → "red".
-2. The referee turns the clue into a question for the **solver**: "Which fruit is red?"
-   (a clue that is no color is replaced by a random color, so the solver always gets
-   a question with exactly one right answer).
+2. The referee checks the proposer's question and passes it to the **solver**: "Which
+   fruit is red?". A wrong clue is corrected to the hidden fruit's color first, so the
+   solver always gets a question whose answer is the hidden fruit, and the questions it
+   learns from do not narrow when the proposer's answers do.
 3. The solver answers: "apple".
 
 Rewards, one per model (`EndEpisode.model_rewards`):
@@ -34,10 +35,11 @@ def solver_prompt(color: str) -> list[Message]:
     return [{"role": "user", "content": f"Which fruit is {color}?"}]
 
 
-def question_color(clue: str, rng: random.Random) -> str:
-    """The color the solver is asked about: the proposer's clue when it is a color."""
+def question_color(fruit: str, clue: str) -> str:
+    """The color the solver is asked about: the proposer's clue when it is right, else
+    the referee's correction (the hidden fruit's color)."""
     word = normalize(clue)
-    return word if word in COLOR_FRUITS else rng.choice(COLORS)
+    return word if word == FRUIT_COLORS[fruit] else FRUIT_COLORS[fruit]
 
 
 def proposer_reward(fruit: str, clue: str) -> float:

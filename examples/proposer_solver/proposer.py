@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import time
 import uuid
 from pathlib import Path
@@ -56,13 +55,13 @@ async def ask_solver(spool: Path, ep: swarmrl.AsyncEpisode, color: str,
 
 
 async def play(client: swarmrl.AsyncSwarmClient, spool: Path, fruit: str, group_id: str,
-               rng: random.Random, temperature: float) -> dict[str, Any]:
+               temperature: float) -> dict[str, Any]:
     ep = await client.start_episode(task_id=f"fruit/{fruit}", group_id=group_id,
                                     models=["proposer", "solver"])
     try:
         clue = await ep.chat(game.proposer_prompt(fruit), model="proposer", max_tokens=4,
                              temperature=temperature)
-        color = game.question_color(clue.text, rng)
+        color = game.question_color(fruit, clue.text)
         answer = await ask_solver(spool, ep, color)
     except BaseException as err:
         await ep.abort(f"game failed: {err!r}")
@@ -77,7 +76,6 @@ async def play(client: swarmrl.AsyncSwarmClient, spool: Path, fruit: str, group_
 
 
 async def run(args: argparse.Namespace) -> None:
-    rng = random.Random(args.seed)
     spool = Path(args.spool)
     for sub in ("jobs", "answers"):  # the solver may not have started yet
         (spool / sub).mkdir(parents=True, exist_ok=True)
@@ -93,8 +91,7 @@ async def run(args: argparse.Namespace) -> None:
                 fruits = [FRUITS[(i + played) % len(FRUITS)] for i in range(args.groups_at_once)]
                 groups = [(f, uuid.uuid4().hex) for f in fruits]
                 results = await asyncio.gather(
-                    *(play(client, spool, fruit, gid, random.Random(rng.random()),
-                           args.temperature)
+                    *(play(client, spool, fruit, gid, args.temperature)
                       for fruit, gid in groups for _ in range(args.group_size)),
                     return_exceptions=True)
                 now = time.time()
