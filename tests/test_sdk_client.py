@@ -420,3 +420,15 @@ async def test_status_counts(server: FakeSwarmServer, client: swarmrl.AsyncSwarm
 
 def _at_least(value: int, bound: int) -> None:
     assert value >= bound
+
+
+async def test_one_sampling_object_with_keyword_overrides(client: swarmrl.AsyncSwarmClient) -> None:
+    short = swarmrl.SamplingParams(max_tokens=3, temperature=0.0)
+    async with client.episode(task_id="t") as ep:
+        assert len((await ep.chat(USER, sampling=short)).completion_ids) == 3
+        assert len((await ep.chat(USER, sampling=short, max_tokens=5)).completion_ids) == 5
+        assert len((await ep.generate_tokens([1, 2], max_tokens=2)).completion_ids) == 2
+        with pytest.raises(TypeError, match="max_token"):
+            await ep.chat(USER, max_token=4)  # type: ignore[call-arg]
+        await ep.reward(0.0)
+    assert short.with_options({}) is short

@@ -41,6 +41,7 @@ from swarmrl._errors import (
     from_grpc_error,
 )
 from swarmrl._retry import RetryPolicy
+from swarmrl._sampling import SamplingOptions, SamplingParams
 from swarmrl._streams import AsyncCompletionStream, AsyncEventStream
 from swarmrl._sync import CompletionStream, Episode, EventStream, SwarmClient
 from swarmrl._types import (
@@ -103,6 +104,8 @@ __all__ = [
     "ResourceExhaustedError",
     "Resumed",
     "RetryPolicy",
+    "SamplingOptions",
+    "SamplingParams",
     "ServerStatus",
     "StreamInterruptedError",
     "SwarmClient",

@@ -6,8 +6,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if sys.version_info >= (3, 11):
-    from typing import Self
-elif TYPE_CHECKING:  # on 3.10 annotations that use Self stay unevaluated strings
-    from typing_extensions import Self
+    from typing import Self, Unpack
+elif TYPE_CHECKING:  # on 3.10 annotations that use these stay unevaluated strings
+    from typing_extensions import Self, Unpack
 
-__all__ = ["Self"]
+__all__ = ["Self", "Unpack"]

@@ -18,6 +18,7 @@ from swarmrl._proto.v1 import admin_service_pb2 as admin_pb2
 from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
 from swarmrl._proto.v1 import session_service_pb2 as session_pb2
 from swarmrl._proto.v1 import types_pb2
+from swarmrl._sampling import SamplingParams
 from swarmrl._types import (
     AgentVersionInfo,
     CallRecord,
@@ -149,30 +150,17 @@ def chat_input(
     )
 
 
-def sampling(
-    *,
-    temperature: float | None,
-    top_p: float | None,
-    max_tokens: int | None,
-    stop: str | Sequence[str] | None,
-    stop_token_ids: Sequence[int] | None,
-    seed: int | None,
-    top_logprobs: int,
-) -> types_pb2.SamplingParams:
+def sampling(p: SamplingParams) -> types_pb2.SamplingParams:
     """Sampling parameters; None leaves a field unset so the server's default applies."""
     params = types_pb2.SamplingParams(
-        stop=[stop] if isinstance(stop, str) else list(stop or ()),
-        stop_token_ids=list(stop_token_ids or ()),
-        top_logprobs=top_logprobs,
+        stop=[p.stop] if isinstance(p.stop, str) else list(p.stop or ()),
+        stop_token_ids=list(p.stop_token_ids or ()),
+        top_logprobs=p.top_logprobs,
     )
-    if temperature is not None:
-        params.temperature = temperature
-    if top_p is not None:
-        params.top_p = top_p
-    if max_tokens is not None:
-        params.max_tokens = max_tokens
-    if seed is not None:
-        params.seed = seed
+    for name in ("temperature", "top_p", "max_tokens", "seed"):
+        value = getattr(p, name)
+        if value is not None:
+            setattr(params, name, value)
     return params
 
 

@@ -8,8 +8,10 @@ from collections.abc import Mapping, Sequence
 import structlog
 
 from swarmrl import _convert
+from swarmrl._compat import Unpack
 from swarmrl._errors import FailedPreconditionError, StreamInterruptedError, SwarmError
 from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
+from swarmrl._sampling import DEFAULT, SamplingOptions, SamplingParams
 from swarmrl._streams import AsyncCompletionStream, GenerateCall
 from swarmrl._transport import Transport
 from swarmrl._types import ChatMessage, Completion, EpisodeInfo, EpisodeState, ModelInfo, Tool
@@ -87,13 +89,8 @@ class AsyncEpisode:
         *,
         model: str | None = None,
         tools: Sequence[Tool] | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        seed: int | None = None,
-        top_logprobs: int = 0,
+        sampling: SamplingParams = DEFAULT,
+        **options: Unpack[SamplingOptions],
     ) -> AsyncCompletionStream:
         """Generates a reply to chat messages, streaming its tokens.
 
@@ -107,15 +104,7 @@ class AsyncEpisode:
             episode_id=self._id,
             model=model or "",
             chat=_convert.chat_input(messages, tools),
-            sampling=_convert.sampling(
-                temperature=temperature,
-                top_p=top_p,
-                max_tokens=max_tokens,
-                stop=stop,
-                stop_token_ids=stop_token_ids,
-                seed=seed,
-                top_logprobs=top_logprobs,
-            ),
+            sampling=_convert.sampling(sampling.with_options(options)),
             request_id=new_request_id(),
         )
         return AsyncCompletionStream(GenerateCall(self._transport, request))
@@ -125,13 +114,8 @@ class AsyncEpisode:
         token_ids: Sequence[int],
         *,
         model: str | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        seed: int | None = None,
-        top_logprobs: int = 0,
+        sampling: SamplingParams = DEFAULT,
+        **options: Unpack[SamplingOptions],
     ) -> AsyncCompletionStream:
         """Generates a continuation of a token-id prompt, used as it is, streaming its tokens.
 
@@ -141,15 +125,7 @@ class AsyncEpisode:
             episode_id=self._id,
             model=model or "",
             tokens=episode_pb2.TokenInput(token_ids=list(token_ids)),
-            sampling=_convert.sampling(
-                temperature=temperature,
-                top_p=top_p,
-                max_tokens=max_tokens,
-                stop=stop,
-                stop_token_ids=stop_token_ids,
-                seed=seed,
-                top_logprobs=top_logprobs,
-            ),
+            sampling=_convert.sampling(sampling.with_options(options)),
             request_id=new_request_id(),
         )
         return AsyncCompletionStream(GenerateCall(self._transport, request))
@@ -160,13 +136,8 @@ class AsyncEpisode:
         *,
         model: str | None = None,
         tools: Sequence[Tool] | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        seed: int | None = None,
-        top_logprobs: int = 0,
+        sampling: SamplingParams = DEFAULT,
+        **options: Unpack[SamplingOptions],
     ) -> Completion:
         """Generates a reply to chat messages.
 
@@ -175,13 +146,10 @@ class AsyncEpisode:
                 tool_call_id, name where they apply).
             model: Model to call; None calls the episode's first model.
             tools: OpenAI-style function tools the model may call.
-            temperature: Softmax temperature; 0 is greedy. None: the server's default.
-            top_p: Nucleus sampling mass in (0, 1]. None: the server's default.
-            max_tokens: Most tokens to generate; must be positive. None: the server's limit.
-            stop: Stop string(s); generation ends when the text ends with one.
-            stop_token_ids: Extra token ids that end generation.
-            seed: Sampling seed; the same seed, prompt and weights give the same tokens.
-            top_logprobs: Alternatives to return per generated token (0 to 20).
+            sampling: How to sample (`SamplingParams`); default: the server's defaults.
+            **options: Any field of `SamplingParams` (``temperature``, ``top_p``,
+                ``max_tokens``, ``stop``, ``stop_token_ids``, ``seed``,
+                ``top_logprobs``), overriding `sampling`'s.
 
         Returns:
             The recorded call: text, assistant message, exact token ids, logprobs and
@@ -196,13 +164,8 @@ class AsyncEpisode:
             messages,
             model=model,
             tools=tools,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            stop=stop,
-            stop_token_ids=stop_token_ids,
-            seed=seed,
-            top_logprobs=top_logprobs,
+            sampling=sampling,
+            **options,
         ))
 
     async def generate_tokens(
@@ -210,13 +173,8 @@ class AsyncEpisode:
         token_ids: Sequence[int],
         *,
         model: str | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        seed: int | None = None,
-        top_logprobs: int = 0,
+        sampling: SamplingParams = DEFAULT,
+        **options: Unpack[SamplingOptions],
     ) -> Completion:
         """Generates a continuation of a prompt given as token ids (token in, token out).
 
@@ -226,13 +184,8 @@ class AsyncEpisode:
         return await _complete_whole(self.stream_tokens(
             token_ids,
             model=model,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            stop=stop,
-            stop_token_ids=stop_token_ids,
-            seed=seed,
-            top_logprobs=top_logprobs,
+            sampling=sampling,
+            **options,
         ))
 
     async def reward(

@@ -16,9 +16,10 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from swarmrl._client import AsyncSwarmClient
-from swarmrl._compat import Self
+from swarmrl._compat import Self, Unpack
 from swarmrl._config import ClientConfig
 from swarmrl._episode import AsyncEpisode
+from swarmrl._sampling import DEFAULT, SamplingOptions, SamplingParams
 from swarmrl._streams import AsyncCompletionStream, AsyncEventStream
 from swarmrl._types import (
     ChatMessage,
@@ -207,26 +208,16 @@ class Episode:
         *,
         model: str | None = None,
         tools: Sequence[Tool] | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        seed: int | None = None,
-        top_logprobs: int = 0,
+        sampling: SamplingParams = DEFAULT,
+        **options: Unpack[SamplingOptions],
     ) -> Completion:
         """Generates a reply to chat messages (see `AsyncEpisode.chat`)."""
         return self.stream(
             messages,
             model=model,
             tools=tools,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            stop=stop,
-            stop_token_ids=stop_token_ids,
-            seed=seed,
-            top_logprobs=top_logprobs,
+            sampling=sampling,
+            **options,
         ).get_final_completion()
 
     def stream(
@@ -235,26 +226,16 @@ class Episode:
         *,
         model: str | None = None,
         tools: Sequence[Tool] | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        seed: int | None = None,
-        top_logprobs: int = 0,
+        sampling: SamplingParams = DEFAULT,
+        **options: Unpack[SamplingOptions],
     ) -> CompletionStream:
         """Generates a reply to chat messages, streaming its tokens (see `AsyncEpisode.stream`)."""
         stream = self._episode.stream(
             messages,
             model=model,
             tools=tools,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            stop=stop,
-            stop_token_ids=stop_token_ids,
-            seed=seed,
-            top_logprobs=top_logprobs,
+            sampling=sampling,
+            **options,
         )
         return CompletionStream(stream, self._runner)
 
@@ -263,25 +244,15 @@ class Episode:
         token_ids: Sequence[int],
         *,
         model: str | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        seed: int | None = None,
-        top_logprobs: int = 0,
+        sampling: SamplingParams = DEFAULT,
+        **options: Unpack[SamplingOptions],
     ) -> Completion:
         """Generates from a token-id prompt (see `AsyncEpisode.generate_tokens`)."""
         return self.stream_tokens(
             token_ids,
             model=model,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            stop=stop,
-            stop_token_ids=stop_token_ids,
-            seed=seed,
-            top_logprobs=top_logprobs,
+            sampling=sampling,
+            **options,
         ).get_final_completion()
 
     def stream_tokens(
@@ -289,25 +260,15 @@ class Episode:
         token_ids: Sequence[int],
         *,
         model: str | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        seed: int | None = None,
-        top_logprobs: int = 0,
+        sampling: SamplingParams = DEFAULT,
+        **options: Unpack[SamplingOptions],
     ) -> CompletionStream:
         """Generates from a token-id prompt, streaming (see `AsyncEpisode.stream_tokens`)."""
         stream = self._episode.stream_tokens(
             token_ids,
             model=model,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            stop=stop,
-            stop_token_ids=stop_token_ids,
-            seed=seed,
-            top_logprobs=top_logprobs,
+            sampling=sampling,
+            **options,
         )
         return CompletionStream(stream, self._runner)
 
