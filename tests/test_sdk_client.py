@@ -432,3 +432,16 @@ async def test_one_sampling_object_with_keyword_overrides(client: swarmrl.AsyncS
             await ep.chat(USER, max_token=4)  # type: ignore[call-arg]
         await ep.reward(0.0)
     assert short.with_options({}) is short
+
+
+async def test_fake_server_keeps_per_model_rewards() -> None:
+    async with FakeSwarmServer(models=("proposer", "solver")) as fake, swarmrl.AsyncSwarmClient(
+        fake.target
+    ) as client:
+        ep = await client.start_episode("t", models=["proposer", "solver"])
+        await ep.reward(1.0, model="proposer")
+        with pytest.raises(swarmrl.InvalidArgumentError) as err:
+            await ep.end(0.5, model_rewards={"judge": 1.0})
+        assert err.value.field == "model_rewards['judge']"
+        info = await ep.end(0.5, model_rewards={"solver": 0.0})
+        assert info.reward == 0.5 and info.model_rewards == {"proposer": 1.0, "solver": 0.0}

@@ -4,7 +4,8 @@ injected faults. Private; kept apart so the fake's services read on their own.""
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -65,6 +66,18 @@ class _Abort(Exception):
 
 def _invalid(field_name: str, message: str) -> _Abort:
     return _Abort(_C.INVALID_ARGUMENT, "INVALID_FIELD", message, field=field_name)
+
+
+def _rewards_on(episode: Any, rewards: Mapping[str, float], field_name: str) -> None:
+    """Per-model rewards onto an `Episode` record, refused (naming the field) for a model
+    the episode does not list or a reward that is not finite, as the real server does."""
+    for model, value in rewards.items():
+        name = field_name if field_name == "model" else f"{field_name}[{model!r}]"
+        if model not in episode.models:
+            raise _invalid(name, f"{model!r} is not among the episode's models")
+        if not math.isfinite(value):
+            raise _invalid(name, "must be finite")
+    episode.model_rewards.update(rewards)
 
 
 def _unary(

@@ -49,7 +49,7 @@ from google.protobuf.message import Message
 
 from swarmrl._compat import Self
 from swarmrl._convert import ROLE_NAMES
-from swarmrl._fake_rpc import _C, _Abort, _Ctx, _Fault, _invalid, _streaming, _unary
+from swarmrl._fake_rpc import _C, _Abort, _Ctx, _Fault, _invalid, _rewards_on, _streaming, _unary
 from swarmrl._proto.v1 import admin_service_pb2 as apb
 from swarmrl._proto.v1 import admin_service_pb2_grpc as admin_grpc
 from swarmrl._proto.v1 import episode_service_pb2 as epb
@@ -484,14 +484,18 @@ class FakeSwarmServer(
         if not math.isfinite(req.value):
             raise _invalid("value", "must be finite")
         ep = self._episode(req.episode_id, must_be_open=True)
+        if req.call_id and req.model:
+            raise _invalid("model", "give call_id or model, not both")
         if req.call_id:
             calls = [c for c in ep.calls if c.call_id == req.call_id]
             if not calls:
                 raise _Abort(_C.NOT_FOUND, "CALL_NOT_FOUND", f"unknown call {req.call_id!r}")
             calls[0].reward = req.value
+        elif req.model:
+            _rewards_on(ep.record, {req.model: req.value}, "model")
         else:
             ep.record.reward = req.value
-        response = epb.SubmitRewardResponse()
+        response = epb.SubmitRewardResponse(model_rewards=ep.record.model_rewards)
         if ep.record.HasField("reward"):
             response.episode_reward = ep.record.reward
         return self._remember("SubmitReward", rid, response)
@@ -504,10 +508,11 @@ class FakeSwarmServer(
         if req.HasField("reward") and not math.isfinite(req.reward):
             raise _invalid("reward", "must be finite")
         ep = self._episode(req.episode_id, must_be_open=True)
+        if not ep.record.HasField("reward") and not req.HasField("reward"):
+            raise _Abort(_C.FAILED_PRECONDITION, "REWARD_MISSING", "the episode has no reward")
+        _rewards_on(ep.record, req.model_rewards, "model_rewards")
         if req.HasField("reward"):
             ep.record.reward = req.reward
-        if not ep.record.HasField("reward"):
-            raise _Abort(_C.FAILED_PRECONDITION, "REWARD_MISSING", "the episode has no reward")
         ep.record.state = types_pb2.EPISODE_STATE_ENDED
         ep.record.end_time.GetCurrentTime()
         self._ended += 1
