@@ -93,7 +93,7 @@ def start_server(args: argparse.Namespace, model_dir: Path, data_dir: Path, port
     }
     cmd = [sys.executable, "-m", "swarmrl_server.cli", "--model", f"quiz={model_dir}",
            "--port", str(port), "--http-port", "-1", "--data-dir", str(data_dir), "--train",
-           "--max-batch-size", "64"]
+           "--max-batch-size", "64", "--engine", args.engine]
     for key, value in options.items():
         cmd += ["--train-option", f"{key}={value}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
@@ -101,7 +101,8 @@ def start_server(args: argparse.Namespace, model_dir: Path, data_dir: Path, port
     proc = subprocess.Popen(cmd, stdout=open(log_path, "ab"), stderr=subprocess.STDOUT,
                             cwd=REPO, env=env)
     marker = f"serving gRPC on 127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
+    # A launched vLLM server takes 1-2 minutes to start on a busy 2-core CPU.
+    deadline = time.monotonic() + (600 if args.engine == "vllm" else 300)
     while marker not in log_path.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
@@ -197,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-groups", type=int, default=3, help="groups per training batch")
     p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                   help="the server's engine (vllm: launches `vllm serve` from .venv-vllm)")
     args = p.parse_args(argv)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -288,7 +291,7 @@ def report(args: argparse.Namespace, out: Path, client_dir: Path, data_dir: Path
     png = out / "reward.png"
     plot(eps, steps, png, title)
     summary = {
-        "seed": args.seed, "episodes": len(eps), "failed_episodes": errors,
+        "seed": args.seed, "engine": args.engine, "episodes": len(eps), "failed_episodes": errors,
         "train_steps": len(steps),
         "policy_version": int(steps[-1].get("actor/policy_version", 0)) if steps else 0,
         "first_fifth_mean": round(first, 4), "last_fifth_mean": round(last, 4),

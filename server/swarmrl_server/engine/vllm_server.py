@@ -144,6 +144,15 @@ class VLLMServer:
         return int(total)
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when swarmrl dies, even by SIGKILL (Linux), so
+    no orphaned vLLM server keeps the cores (it is in its own session, see `_kill`)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -164,7 +173,9 @@ class LaunchedServer(VLLMServer):
         extra_args: Sequence[str] = (),
         startup_timeout_s: float = 300.0,
         api_key: str | None = None,
+        launcher: Path = LAUNCHER,
     ) -> None:
+        """`launcher`: the script `python` runs with vLLM's CLI arguments."""
         self.port = free_port()
         super().__init__(f"http://127.0.0.1:{self.port}", api_key=api_key)
         self.name = name
@@ -172,7 +183,7 @@ class LaunchedServer(VLLMServer):
         self.python = python
         self.log_path = log_dir / f"vllm-{name}.log"
         self.args = [
-            str(LAUNCHER), "serve", str(model_dir),
+            str(launcher), "serve", str(model_dir),
             "--host", "127.0.0.1", "--port", str(self.port),
             "--served-model-name", name,
             "--logprobs-mode", "processed_logprobs",
@@ -211,6 +222,7 @@ class LaunchedServer(VLLMServer):
             return subprocess.Popen(
                 [str(self.python), *self.args], stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
 
     async def start(self) -> None:
