@@ -49,8 +49,9 @@ toolchains: node_modules/.installed
 demo: $(STAMP) $(if $(filter vllm,$(ENGINE)),$(VLLM_STAMP))
 	$(BIN)/python -m examples.demo $(if $(ENGINE),--engine $(ENGINE))
 
+# Toolchains are installed first, so a missing one is a failure, never a skip.
 test: $(STAMP) $(VLLM_STAMP) toolchains
-	$(BIN)/python -m pytest
+	SWARMRL_REQUIRE_STUB_TOOLCHAINS=1 $(BIN)/python -m pytest
 
 lint: $(STAMP) node_modules/.installed
 	npx buf lint

