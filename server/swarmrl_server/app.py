@@ -114,7 +114,11 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
     if config.train:
         from swarmrl_server.trainer.setup import attach_trainers
 
-        await attach_trainers(swarm, config)
+        try:
+            await attach_trainers(swarm, config)
+        except BaseException:
+            await swarm.stop()  # engines too: a launched vLLM server must not outlive us
+            raise
     tls = None
     if config.tls_cert or config.tls_key:
         if not (config.tls_cert and config.tls_key):

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import shutil
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -73,6 +74,9 @@ from swarmrl_server.errors import Reason, invalid, unavailable
 
 if TYPE_CHECKING:
     from swarmrl_server.config import ModelSpec, ServerConfig
+
+# httpx logs every request at INFO: one line per generation would drown the server's log.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 NCCL_WEIGHT_TRANSFER_ROUTES = (
     "/init_weight_transfer_engine", "/start_weight_update", "/update_weights",

