@@ -41,7 +41,8 @@ PROPOSER = REPO / "examples" / "proposer_solver" / "proposer.py"
 TRAIN_OPTIONS = {
     "adv_estimator": "grpo", "policy_loss": "vanilla", "batch_rule": "groups",
     "batch_size": "4", "group_size": "4", "mode": "async", "max_staleness": "4",
-    "checkpoint_every": "0", "progress": "false", "max_pending": "48",
+    "checkpoint_every": "0", "checkpoint_on_stop": "false", "progress": "false",
+    "max_pending": "48",
     # A small entropy bonus: a proposer that always writes the same clue stops exploring.
     "entropy_coeff": "0.01",
 }
