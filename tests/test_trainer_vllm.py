@@ -120,10 +120,11 @@ async def test_calls_in_flight_finish_on_the_old_version(
         first = await anext(long)
         assert isinstance(first, GenerationChunk)
         sync = asyncio.create_task(engine.update_weights(state, 7))
+        await assert_eventually(lambda: _check(engine.syncing), timeout=60)  # weights written
         await asyncio.sleep(0.3)
-        assert not sync.done()  # waiting for the call in flight
+        assert not sync.done()  # waiting for the call in flight (we hold its stream)
         late = asyncio.create_task(run(engine, SamplingParams(temperature=0, max_tokens=4)))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)
         assert not late.done()  # new calls wait for the new weights
         items = [item async for item in long]
         old = items[-1]

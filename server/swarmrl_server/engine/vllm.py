@@ -159,6 +159,11 @@ class VLLMEngine(Engine):
     def policy_version(self) -> int:
         return self._policy_version
 
+    @property
+    def syncing(self) -> bool:
+        """True while a weight sync holds new calls back (they start on the new weights)."""
+        return not self._open.is_set()
+
     async def start(self) -> None:
         if self._started:
             return
