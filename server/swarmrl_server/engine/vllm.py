@@ -264,7 +264,7 @@ class VLLMEngine(Engine):
                         yield chunk
                     if reason is not None:
                         finish = reason
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.StreamError) as exc:  # StreamError: client closed
             if not self._stopping:
                 raise unavailable(
                     Reason.INTERNAL, f"vLLM server {server.url} failed: {exc!r}"
