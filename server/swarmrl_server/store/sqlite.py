@@ -88,6 +88,19 @@ CREATE TABLE IF NOT EXISTS episode_models (
     PRIMARY KEY (episode_id, model)
 );
 CREATE INDEX IF NOT EXISTS episode_models_queue ON episode_models(model, queued);
+CREATE TABLE IF NOT EXISTS consumed_log (
+    episode_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    step INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS recoveries (
+    model TEXT NOT NULL,
+    checkpoint_step INTEGER NOT NULL,
+    lost_from INTEGER NOT NULL,
+    lost_to INTEGER NOT NULL,
+    retrained_episodes INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS policy_versions (
     model TEXT NOT NULL,
     version INTEGER NOT NULL,
@@ -467,10 +480,11 @@ class SqliteStore:
         ids = list(episode_ids)
         await self._run(
             self._tx,
-            lambda c: c.executemany(
+            lambda c: (c.executemany(
                 "INSERT OR REPLACE INTO consumed VALUES (?, ?, ?)",
                 [(e, model, step) for e in ids],
-            ),
+            ), c.executemany(  # append-only: what every step consumed, lost steps included
+                "INSERT INTO consumed_log VALUES (?, ?, ?)", [(e, model, step) for e in ids])),
         )
 
     async def consumed_episodes(self, model: str) -> dict[str, int]:
@@ -548,6 +562,12 @@ class SqliteStore:
                              "AND lost=0", (model, above)).rowcount
 
         return await self._run(self._tx, _mark)
+
+    async def record_recovery(self, model: str, checkpoint_step: int, lost_from: int,
+                              lost_to: int, retrained: int) -> None:
+        await self._run(self._tx, lambda c: c.execute(
+            "INSERT INTO recoveries VALUES (?, ?, ?, ?, ?, ?)",
+            (model, checkpoint_step, lost_from, lost_to, retrained, time.time())))
 
     async def consumed_after(self, model: str, step: int) -> tuple[int, int]:
         """(episodes consumed by steps after `step`, the highest such step or `step`)."""

@@ -68,6 +68,10 @@ class VersionHistory:
         recovery = Recovery(retrained_episodes=retrained, lost_versions=newly_lost)
         if self.top_step > checkpoint_step:
             recovery.first_lost_step, recovery.last_lost_step = checkpoint_step + 1, self.top_step
+        if self.top_step > checkpoint_step or retrained or newly_lost:
+            await self.store.record_recovery(  # durable, even if no step follows
+                self.model, checkpoint_step, recovery.first_lost_step, recovery.last_lost_step,
+                retrained)
         return recovery
 
     async def issue(self, current: int, step: int) -> int:
