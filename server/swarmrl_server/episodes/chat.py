@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from swarmrl_server.engine.text import encode_text
 from swarmrl_server.errors import invalid
 
 Message = dict[str, Any]
@@ -112,7 +113,7 @@ def render_text(
 
 def encode(tokenizer: Any, text: str) -> list[int]:
     """Token ids of rendered text; special tokens in it are already spelled out."""
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return encode_text(tokenizer, text)
 
 
 class ReplyParser:
