@@ -186,7 +186,7 @@ async def test_logprobs_equal_a_full_forward_at_t07(engine: Engine, prompt: list
     _, out = await collect(engine, prompt, SamplingParams(temperature=0.7, max_tokens=16, seed=5))
     if isinstance(engine, EchoEngine):
         for step, (token, lp) in enumerate(zip(out.completion_ids, out.logprobs)):
-            cands = engine._candidates(prompt, step) if step < engine.reply_tokens else [token]
+            cands = engine._candidates(engine._pool(prompt), step) if step < engine.reply_tokens else [token]
             assert token in cands and lp == pytest.approx(-math.log(len(cands)), abs=1e-12)
         return
     ids_1_T = torch.tensor([prompt + out.completion_ids])

@@ -122,22 +122,29 @@ class EchoEngine(Engine):
     ) -> None:
         self._policy_version = policy_version
 
-    def _candidates(self, prompt: list[int], step: int) -> list[int]:
+    def _pool(self, prompt: list[int]) -> tuple[list[int], bytes]:
+        """A call's candidate pool (the prompt's ordinary tokens, each once) and the key
+        its rotations are hashed from; computed once per call, not per token."""
         pool = list(dict.fromkeys(t for t in prompt if t not in self._special)) or self._fallback
-        digest = hashlib.blake2b(f"{prompt[-32:]}:{step}".encode(), digest_size=8).digest()
-        start = int.from_bytes(digest, "little") % len(pool)
-        k = min(CANDIDATES, len(pool))
-        return [pool[(start + j) % len(pool)] for j in range(k)]
+        return pool, str(prompt[-32:]).encode()
 
-    def _grammar_candidates(self, matcher: Any, prompt: list[int], step: int) -> list[int]:
+    @staticmethod
+    def _candidates(pool: tuple[list[int], bytes], step: int) -> list[int]:
+        tokens, key = pool
+        digest = hashlib.blake2b(key + b":%d" % step, digest_size=8).digest()
+        start = int.from_bytes(digest, "little") % len(tokens)
+        k = min(CANDIDATES, len(tokens))
+        return [tokens[(start + j) % len(tokens)] for j in range(k)]
+
+    def _grammar_candidates(self, matcher: Any, pool: tuple[list[int], bytes], step: int) -> list[int]:
         allowed = self._grammar.allowed(matcher)  # type: ignore[union-attr]
         if any(t in self.eos_token_ids for t in allowed):
             return [self.eos_token_ids[0]]
         ok = set(allowed)
-        cands = [t for t in self._candidates(prompt, step) if t in ok]
+        cands = [t for t in self._candidates(pool, step) if t in ok]
         if cands:
             return cands
-        start = self._candidates(prompt, step)[0] % len(allowed)
+        start = self._candidates(pool, step)[0] % len(allowed)
         return [allowed[(start + j) % len(allowed)] for j in range(min(CANDIDATES, len(allowed)))]
 
     async def generate(
@@ -159,6 +166,7 @@ class EchoEngine(Engine):
                 self._grammar = GrammarCompiler(self.tokenizer, self.vocab_size, self.eos_token_ids)
             matcher = self._grammar.matcher(params.structural_tag)
         limit = min(params.max_tokens, self.max_model_len - len(prompt))
+        pool = self._pool(prompt)
         ids: list[int] = []
         lps: list[float] = []
         tops: list[list[tuple[int, float]]] = []
@@ -174,11 +182,11 @@ class EchoEngine(Engine):
             step = len(ids)
             cands = []
             if matcher is not None:
-                cands = self._grammar_candidates(matcher, prompt, step)  # type: ignore[union-attr]
+                cands = self._grammar_candidates(matcher, pool, step)  # type: ignore[union-attr]
             if (matcher is None and step >= self.reply_tokens) or self.eos_token_ids[0] in cands:
                 token, lp, alts = self.eos_token_ids[0], 0.0, [(self.eos_token_ids[0], 0.0)]
             else:
-                cands = cands or self._candidates(prompt, step)
+                cands = cands or self._candidates(pool, step)
                 lp = -math.log(len(cands))
                 if rng is None:
                     token = cands[0]
