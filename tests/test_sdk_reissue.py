@@ -1,6 +1,11 @@
-"""A non-streaming call whose stream breaks mid-way (the server SIGKILLed while it
-streams) is re-issued whole with the same request_id once the server is back, and the
-server records exactly one call."""
+"""A server SIGKILLed during a non-streaming call costs the caller nothing: the call is
+answered once the server is back, and the server records exactly one call.
+
+- `chat()` asks for the result only (no chunks), so the break comes before the first
+  message and the call is re-sent with the same request_id;
+- a whole-completion read of a stream that breaks after chunks arrived (what `chat()`
+  meets on a server that streams chunks even so) is re-issued whole, same request_id.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +16,14 @@ from typing import Any
 import pytest
 
 import swarmrl
+from swarmrl._episode import _complete_whole
 from swarmrl._streams import AsyncCompletionStream
 from tests.helpers import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 
-async def test_server_killed_mid_chat_the_call_completes_once(
+async def test_stream_broken_mid_way_is_reissued_and_recorded_once(
         tmp_path: Path, model_cache: Path, tiny_model_dir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     server = ServerProcess(data_dir=tmp_path / "data", cache_dir=model_cache,
@@ -45,9 +51,9 @@ async def test_server_killed_mid_chat_the_call_completes_once(
             initial=0.05, maximum=0.5, timeout=120))
         async with swarmrl.AsyncSwarmClient(config=config) as client:
             async with client.episode(task_id="t") as ep:
-                chat = asyncio.create_task(ep.chat(
+                chat = asyncio.create_task(_complete_whole(ep.stream(
                     [{"role": "user", "content": "Tell me a long story."}],
-                    max_tokens=400, temperature=1.0, stop_token_ids=[]))
+                    max_tokens=400, temperature=1.0, stop_token_ids=[])))
                 await asyncio.wait_for(killed.wait(), 120)
                 await asyncio.to_thread(server.start)  # same port, same data dir
                 completion = await asyncio.wait_for(chat, 120)
@@ -56,6 +62,47 @@ async def test_server_killed_mid_chat_the_call_completes_once(
     finally:
         server.stop()
     assert reissues, "the stream was not interrupted mid-way"
+    assert len(info.calls) == 1
+    assert info.calls[0].call_id == completion.call_id
+    assert info.calls[0].completion_ids == completion.completion_ids
+
+
+async def test_server_killed_during_chat_the_call_completes_once(
+        tmp_path: Path, model_cache: Path, tiny_model_dir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    server = ServerProcess(data_dir=tmp_path / "data", cache_dir=model_cache,
+                           extra=["--default-max-tokens", "400"]).start()
+    sent: list[tuple[str, bool]] = []
+    restarted: list[asyncio.Future[Any]] = []
+    original_open = AsyncCompletionStream._open_and_read_first
+
+    async def spy_open(self: AsyncCompletionStream, budget: Any) -> Any:
+        sent.append((self.request_id, self._request.result_only))
+        if len(sent) == 1:  # SIGKILL as soon as the first attempt has been sent
+            self._stream = await self._transport.open_stream(
+                lambda s: s.episodes.Generate, self._request, budget)
+            server.kill()
+            restarted.append(asyncio.get_running_loop().run_in_executor(None, server.start))
+            return await self._stream.next()
+        return await original_open(self, budget)
+
+    monkeypatch.setattr(AsyncCompletionStream, "_open_and_read_first", spy_open)
+    try:
+        config = swarmrl.ClientConfig(target=server.target, retry=swarmrl.RetryPolicy(
+            initial=0.05, maximum=0.5, timeout=120))
+        async with swarmrl.AsyncSwarmClient(config=config) as client:
+            async with client.episode(task_id="t") as ep:
+                completion = await asyncio.wait_for(ep.chat(
+                    [{"role": "user", "content": "Tell me a long story."}],
+                    max_tokens=400, temperature=1.0, stop_token_ids=[]), 180)
+                await ep.reward(1.0)
+            info = await client.get_episode(ep.id, include_calls=True)
+        await restarted[0]
+    finally:
+        server.stop()
+    assert len(sent) >= 2, "the call was not re-sent"
+    assert len({rid for rid, _ in sent}) == 1, "a re-sent call must keep its request_id"
+    assert all(result_only for _, result_only in sent)
     assert len(info.calls) == 1
     assert info.calls[0].call_id == completion.call_id
     assert info.calls[0].completion_ids == completion.completion_ids

@@ -100,14 +100,8 @@ class AsyncEpisode:
         Raises:
             InvalidArgumentError: A message or tool is malformed (checked here, at once).
         """
-        request = episode_pb2.GenerateRequest(
-            episode_id=self._id,
-            model=model or "",
-            chat=_convert.chat_input(messages, tools),
-            sampling=_convert.sampling(sampling.with_options(options)),
-            request_id=new_request_id(),
-        )
-        return AsyncCompletionStream(GenerateCall(self._transport, request))
+        return self._call(model, sampling.with_options(options),
+                          chat=_convert.chat_input(messages, tools))
 
     def stream_tokens(
         self,
@@ -121,12 +115,18 @@ class AsyncEpisode:
 
         Arguments are as for `generate_tokens`.
         """
+        return self._call(model, sampling.with_options(options),
+                          tokens=episode_pb2.TokenInput(token_ids=list(token_ids)))
+
+    def _call(
+        self, model: str | None, sampling: SamplingParams, *, result_only: bool = False,
+        chat: episode_pb2.ChatInput | None = None, tokens: episode_pb2.TokenInput | None = None,
+    ) -> AsyncCompletionStream:
+        """The one place a Generate request is built (a fresh request_id per call)."""
         request = episode_pb2.GenerateRequest(
-            episode_id=self._id,
-            model=model or "",
-            tokens=episode_pb2.TokenInput(token_ids=list(token_ids)),
-            sampling=_convert.sampling(sampling.with_options(options)),
-            request_id=new_request_id(),
+            episode_id=self._id, model=model or "", chat=chat, tokens=tokens,
+            sampling=_convert.sampling(sampling), request_id=new_request_id(),
+            result_only=result_only,
         )
         return AsyncCompletionStream(GenerateCall(self._transport, request))
 
@@ -160,12 +160,10 @@ class AsyncEpisode:
             NotFoundError: Unknown episode or model.
             FailedPreconditionError: The episode is no longer open.
         """
-        return await _complete_whole(self.stream(
-            messages,
-            model=model,
-            tools=tools,
-            sampling=sampling,
-            **options,
+        # result_only: the server sends the finished call as one message, no chunks.
+        return await _complete_whole(self._call(
+            model, sampling.with_options(options), result_only=True,
+            chat=_convert.chat_input(messages, tools),
         ))
 
     async def generate_tokens(
@@ -181,11 +179,9 @@ class AsyncEpisode:
         The ids are used exactly as given; no chat template is applied. Other
         arguments are as for `chat`.
         """
-        return await _complete_whole(self.stream_tokens(
-            token_ids,
-            model=model,
-            sampling=sampling,
-            **options,
+        return await _complete_whole(self._call(
+            model, sampling.with_options(options), result_only=True,
+            tokens=episode_pb2.TokenInput(token_ids=list(token_ids)),
         ))
 
     async def reward(

@@ -212,13 +212,8 @@ class Episode:
         **options: Unpack[SamplingOptions],
     ) -> Completion:
         """Generates a reply to chat messages (see `AsyncEpisode.chat`)."""
-        return self.stream(
-            messages,
-            model=model,
-            tools=tools,
-            sampling=sampling,
-            **options,
-        ).get_final_completion()
+        return self._runner.run(self._episode.chat(
+            messages, model=model, tools=tools, sampling=sampling, **options))
 
     def stream(
         self,
@@ -248,12 +243,8 @@ class Episode:
         **options: Unpack[SamplingOptions],
     ) -> Completion:
         """Generates from a token-id prompt (see `AsyncEpisode.generate_tokens`)."""
-        return self.stream_tokens(
-            token_ids,
-            model=model,
-            sampling=sampling,
-            **options,
-        ).get_final_completion()
+        return self._runner.run(self._episode.generate_tokens(
+            token_ids, model=model, sampling=sampling, **options))
 
     def stream_tokens(
         self,

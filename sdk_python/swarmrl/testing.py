@@ -377,6 +377,8 @@ class FakeSwarmServer(
             result = self._remember("Generate", rid, self._generate(req))
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         for token, logprob in zip(result.completion_ids, result.logprobs):
+            if req.result_only:
+                break
             text = decoder.decode(bytes([token])) if token < EOS_TOKEN_ID else ""
             chunk = epb.GenerateChunk(token_ids=[token], logprobs=[logprob], text=text)
             yield epb.GenerateResponse(chunk=chunk)

@@ -134,6 +134,13 @@ class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
             input_field=f"input.{kind}" if kind else "input", caller=self.caller(context),
             **kwargs,
         )
+        if request.result_only:
+            # No chunk is sent, so none is joined either: the engine's stream is read in
+            # this task, with no pump task and queue between (see coalesce.py).
+            async for item in stream:
+                if not isinstance(item, GenerationChunk):
+                    yield ep_pb.GenerateResponse(result=_result_to_proto(item))
+            return
         async for item in coalesced(stream):
             if isinstance(item, GenerationChunk):
                 yield ep_pb.GenerateResponse(chunk=ep_pb.GenerateChunk(

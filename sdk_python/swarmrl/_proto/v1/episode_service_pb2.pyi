@@ -196,12 +196,18 @@ class GenerateRequest(_message.Message):
     TOKENS_FIELD_NUMBER: _builtins.int
     SAMPLING_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    RESULT_ONLY_FIELD_NUMBER: _builtins.int
     episode_id: _builtins.str
     """The episode the call belongs to."""
     model: _builtins.str
     """Model to call; empty means the episode's first model."""
     request_id: _builtins.str
     """Client-made idempotency key: a retry of a finished call replays its record."""
+    result_only: _builtins.bool
+    """When true the stream carries only the final result, no chunks: the cheaper call
+    for a client that waits for the whole completion anyway (one message instead of
+    one per written batch of tokens).
+    """
     @_builtins.property
     def chat(self) -> Global___ChatInput:
         """Chat messages rendered by the server."""
@@ -223,10 +229,11 @@ class GenerateRequest(_message.Message):
         tokens: Global___TokenInput | None = ...,
         sampling: _types_pb2.SamplingParams | None = ...,
         request_id: _builtins.str = ...,
+        result_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "input", b"input", "sampling", b"sampling", "tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "episode_id", b"episode_id", "input", b"input", "model", b"model", "request_id", b"request_id", "sampling", b"sampling", "tokens", b"tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "episode_id", b"episode_id", "input", b"input", "model", b"model", "request_id", b"request_id", "result_only", b"result_only", "sampling", b"sampling", "tokens", b"tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["chat", "tokens"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
@@ -236,7 +243,7 @@ Global___GenerateRequest: _TypeAlias = GenerateRequest  # noqa: Y015
 
 @_typing.final
 class GenerateResponse(_message.Message):
-    """One step of the Generate stream: chunks, then exactly one result."""
+    """One step of the Generate stream: chunks (unless result_only), then exactly one result."""
 
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -110,9 +110,15 @@ export interface GenerateRequest {
     | undefined;
   /** Client-made idempotency key: a retry of a finished call replays its record. */
   requestId: string;
+  /**
+   * When true the stream carries only the final result, no chunks: the cheaper call
+   * for a client that waits for the whole completion anyway (one message instead of
+   * one per written batch of tokens).
+   */
+  resultOnly: boolean;
 }
 
-/** One step of the Generate stream: chunks, then exactly one result. */
+/** One step of the Generate stream: chunks (unless result_only), then exactly one result. */
 export interface GenerateResponse {
   /** Newly generated tokens. */
   chunk?:
@@ -950,7 +956,15 @@ export const TokenInput: MessageFns<TokenInput> = {
 };
 
 function createBaseGenerateRequest(): GenerateRequest {
-  return { episodeId: "", model: "", chat: undefined, tokens: undefined, sampling: undefined, requestId: "" };
+  return {
+    episodeId: "",
+    model: "",
+    chat: undefined,
+    tokens: undefined,
+    sampling: undefined,
+    requestId: "",
+    resultOnly: false,
+  };
 }
 
 export const GenerateRequest: MessageFns<GenerateRequest> = {
@@ -972,6 +986,9 @@ export const GenerateRequest: MessageFns<GenerateRequest> = {
     }
     if (message.requestId !== "") {
       writer.uint32(50).string(message.requestId);
+    }
+    if (message.resultOnly !== false) {
+      writer.uint32(56).bool(message.resultOnly);
     }
     return writer;
   },
@@ -1037,6 +1054,14 @@ export const GenerateRequest: MessageFns<GenerateRequest> = {
             message.requestId = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.resultOnly = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1065,6 +1090,11 @@ export const GenerateRequest: MessageFns<GenerateRequest> = {
         : isSet(object.request_id)
         ? globalThis.String(object.request_id)
         : "",
+      resultOnly: isSet(object.resultOnly)
+        ? globalThis.Boolean(object.resultOnly)
+        : isSet(object.result_only)
+        ? globalThis.Boolean(object.result_only)
+        : false,
     };
   },
 
@@ -1088,6 +1118,9 @@ export const GenerateRequest: MessageFns<GenerateRequest> = {
     if (message.requestId !== "") {
       obj.requestId = message.requestId;
     }
+    if (message.resultOnly !== false) {
+      obj.resultOnly = message.resultOnly;
+    }
     return obj;
   },
 
@@ -1106,6 +1139,7 @@ export const GenerateRequest: MessageFns<GenerateRequest> = {
       ? SamplingParams.fromPartial(object.sampling)
       : undefined;
     message.requestId = object.requestId ?? "";
+    message.resultOnly = object.resultOnly ?? false;
     return message;
   },
 };

@@ -167,101 +167,102 @@ public final class EpisodeServiceProto {
       "(\0132\027.swarmrl.v1.ChatMessageR\010messages\022&\n" +
       "\005tools\030\002 \003(\0132\020.swarmrl.v1.ToolR\005tools\")\n" +
       "\nTokenInput\022\033\n\ttoken_ids\030\001 \003(\rR\010tokenIds" +
-      "\"\205\002\n\017GenerateRequest\022\035\n\nepisode_id\030\001 \001(\t" +
+      "\"\246\002\n\017GenerateRequest\022\035\n\nepisode_id\030\001 \001(\t" +
       "R\tepisodeId\022\024\n\005model\030\002 \001(\tR\005model\022+\n\004cha" +
       "t\030\003 \001(\0132\025.swarmrl.v1.ChatInputH\000R\004chat\0220" +
       "\n\006tokens\030\004 \001(\0132\026.swarmrl.v1.TokenInputH\000" +
       "R\006tokens\0226\n\010sampling\030\005 \001(\0132\032.swarmrl.v1." +
       "SamplingParamsR\010sampling\022\035\n\nrequest_id\030\006" +
-      " \001(\tR\trequestIdB\007\n\005input\"\204\001\n\020GenerateRes" +
-      "ponse\0221\n\005chunk\030\001 \001(\0132\031.swarmrl.v1.Genera" +
-      "teChunkH\000R\005chunk\0224\n\006result\030\002 \001(\0132\032.swarm" +
-      "rl.v1.GenerateResultH\000R\006resultB\007\n\005event\"" +
-      "\\\n\rGenerateChunk\022\033\n\ttoken_ids\030\001 \003(\rR\010tok" +
-      "enIds\022\032\n\010logprobs\030\002 \003(\002R\010logprobs\022\022\n\004tex" +
-      "t\030\003 \001(\tR\004text\"A\n\nTopLogprob\022\031\n\010token_id\030" +
-      "\001 \001(\rR\007tokenId\022\030\n\007logprob\030\002 \001(\002R\007logprob" +
-      "\"?\n\013TopLogprobs\0220\n\007entries\030\001 \003(\0132\026.swarm" +
-      "rl.v1.TopLogprobR\007entries\"\263\003\n\016GenerateRe" +
-      "sult\022\027\n\007call_id\030\001 \001(\tR\006callId\022=\n\rfinish_" +
-      "reason\030\002 \001(\0162\030.swarmrl.v1.FinishReasonR\014" +
-      "finishReason\022\035\n\nprompt_ids\030\003 \003(\rR\tprompt" +
-      "Ids\022%\n\016completion_ids\030\004 \003(\rR\rcompletionI" +
-      "ds\022\032\n\010logprobs\030\005 \003(\002R\010logprobs\022%\n\016policy" +
-      "_version\030\006 \001(\003R\rpolicyVersion\022\022\n\004text\030\007 " +
-      "\001(\tR\004text\0221\n\007message\030\010 \001(\0132\027.swarmrl.v1." +
-      "ChatMessageR\007message\022\'\n\005usage\030\t \001(\0132\021.sw" +
-      "armrl.v1.UsageR\005usage\022:\n\014top_logprobs\030\n " +
-      "\003(\0132\027.swarmrl.v1.TopLogprobsR\013topLogprob" +
-      "s\022\024\n\005model\030\013 \001(\tR\005model\"\230\001\n\023SubmitReward" +
-      "Request\022\035\n\nepisode_id\030\001 \001(\tR\tepisodeId\022\024" +
-      "\n\005value\030\002 \001(\001R\005value\022\027\n\007call_id\030\003 \001(\tR\006c" +
-      "allId\022\035\n\nrequest_id\030\004 \001(\tR\trequestId\022\024\n\005" +
-      "model\030\005 \001(\tR\005model\"\357\001\n\024SubmitRewardRespo" +
-      "nse\022*\n\016episode_reward\030\001 \001(\001H\000R\repisodeRe" +
-      "ward\210\001\001\022W\n\rmodel_rewards\030\002 \003(\01322.swarmrl" +
-      ".v1.SubmitRewardResponse.ModelRewardsEnt" +
-      "ryR\014modelRewards\032?\n\021ModelRewardsEntry\022\020\n" +
-      "\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005value:\0028" +
-      "\001B\021\n\017_episode_reward\"\220\002\n\021EndEpisodeReque" +
-      "st\022\035\n\nepisode_id\030\001 \001(\tR\tepisodeId\022\033\n\006rew" +
-      "ard\030\002 \001(\001H\000R\006reward\210\001\001\022\035\n\nrequest_id\030\003 \001" +
-      "(\tR\trequestId\022T\n\rmodel_rewards\030\004 \003(\0132/.s" +
-      "warmrl.v1.EndEpisodeRequest.ModelRewards" +
-      "EntryR\014modelRewards\032?\n\021ModelRewardsEntry" +
-      "\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005value" +
-      ":\0028\001B\t\n\007_reward\"C\n\022EndEpisodeResponse\022-\n" +
-      "\007episode\030\001 \001(\0132\023.swarmrl.v1.EpisodeR\007epi" +
-      "sode\"k\n\023AbortEpisodeRequest\022\035\n\nepisode_i" +
-      "d\030\001 \001(\tR\tepisodeId\022\026\n\006reason\030\002 \001(\tR\006reas" +
-      "on\022\035\n\nrequest_id\030\003 \001(\tR\trequestId\"E\n\024Abo" +
-      "rtEpisodeResponse\022-\n\007episode\030\001 \001(\0132\023.swa" +
-      "rmrl.v1.EpisodeR\007episode\"W\n\021GetEpisodeRe" +
-      "quest\022\035\n\nepisode_id\030\001 \001(\tR\tepisodeId\022#\n\r" +
-      "include_calls\030\002 \001(\010R\014includeCalls\"C\n\022Get" +
-      "EpisodeResponse\022-\n\007episode\030\001 \001(\0132\023.swarm" +
-      "rl.v1.EpisodeR\007episode\"\322\005\n\007Episode\022\035\n\nep" +
-      "isode_id\030\001 \001(\tR\tepisodeId\022.\n\005state\030\002 \001(\016" +
-      "2\030.swarmrl.v1.EpisodeStateR\005state\022\027\n\007tas" +
-      "k_id\030\003 \001(\tR\006taskId\022\031\n\010group_id\030\004 \001(\tR\007gr" +
-      "oupId\022#\n\ragent_version\030\005 \001(\tR\014agentVersi" +
-      "on\022\026\n\006models\030\006 \003(\tR\006models\022\033\n\006reward\030\007 \001" +
-      "(\001H\000R\006reward\210\001\001\022\033\n\tnum_calls\030\010 \001(\005R\010numC" +
-      "alls\022,\n\005calls\030\t \003(\0132\026.swarmrl.v1.CallRec" +
-      "ordR\005calls\0229\n\nstart_time\030\n \001(\0132\032.google." +
-      "protobuf.TimestampR\tstartTime\0225\n\010end_tim" +
-      "e\030\013 \001(\0132\032.google.protobuf.TimestampR\007end" +
-      "Time\022!\n\014abort_reason\030\014 \001(\tR\013abortReason\022" +
-      "7\n\006labels\030\r \003(\0132\037.swarmrl.v1.Episode.Lab" +
-      "elsEntryR\006labels\022J\n\rmodel_rewards\030\016 \003(\0132" +
-      "%.swarmrl.v1.Episode.ModelRewardsEntryR\014" +
-      "modelRewards\0329\n\013LabelsEntry\022\020\n\003key\030\001 \001(\t" +
-      "R\003key\022\024\n\005value\030\002 \001(\tR\005value:\0028\001\032?\n\021Model" +
-      "RewardsEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030" +
-      "\002 \001(\001R\005value:\0028\001B\t\n\007_reward\"\321\002\n\nCallReco" +
-      "rd\022\027\n\007call_id\030\001 \001(\tR\006callId\022\024\n\005model\030\002 \001" +
-      "(\tR\005model\022\035\n\nprompt_ids\030\003 \003(\rR\tpromptIds" +
-      "\022%\n\016completion_ids\030\004 \003(\rR\rcompletionIds\022" +
-      "\032\n\010logprobs\030\005 \003(\002R\010logprobs\022%\n\016policy_ve" +
-      "rsion\030\006 \001(\003R\rpolicyVersion\022=\n\rfinish_rea" +
-      "son\030\007 \001(\0162\030.swarmrl.v1.FinishReasonR\014fin" +
-      "ishReason\022\033\n\006reward\030\010 \001(\001H\000R\006reward\210\001\001\022$" +
-      "\n\016parent_call_id\030\t \001(\tR\014parentCallIdB\t\n\007" +
-      "_reward2\205\004\n\016EpisodeService\022V\n\014StartEpiso" +
-      "de\022\037.swarmrl.v1.StartEpisodeRequest\032 .sw" +
-      "armrl.v1.StartEpisodeResponse\"\003\220\002\002\022G\n\010Ge" +
-      "nerate\022\033.swarmrl.v1.GenerateRequest\032\034.sw" +
-      "armrl.v1.GenerateResponse0\001\022V\n\014SubmitRew" +
-      "ard\022\037.swarmrl.v1.SubmitRewardRequest\032 .s" +
-      "warmrl.v1.SubmitRewardResponse\"\003\220\002\002\022P\n\nE" +
-      "ndEpisode\022\035.swarmrl.v1.EndEpisodeRequest" +
-      "\032\036.swarmrl.v1.EndEpisodeResponse\"\003\220\002\002\022V\n" +
-      "\014AbortEpisode\022\037.swarmrl.v1.AbortEpisodeR" +
-      "equest\032 .swarmrl.v1.AbortEpisodeResponse" +
-      "\"\003\220\002\002\022P\n\nGetEpisode\022\035.swarmrl.v1.GetEpis" +
-      "odeRequest\032\036.swarmrl.v1.GetEpisodeRespon" +
-      "se\"\003\220\002\001B&\n\rio.swarmrl.v1B\023EpisodeService" +
-      "ProtoP\001b\006proto3"
+      " \001(\tR\trequestId\022\037\n\013result_only\030\007 \001(\010R\nre" +
+      "sultOnlyB\007\n\005input\"\204\001\n\020GenerateResponse\0221" +
+      "\n\005chunk\030\001 \001(\0132\031.swarmrl.v1.GenerateChunk" +
+      "H\000R\005chunk\0224\n\006result\030\002 \001(\0132\032.swarmrl.v1.G" +
+      "enerateResultH\000R\006resultB\007\n\005event\"\\\n\rGene" +
+      "rateChunk\022\033\n\ttoken_ids\030\001 \003(\rR\010tokenIds\022\032" +
+      "\n\010logprobs\030\002 \003(\002R\010logprobs\022\022\n\004text\030\003 \001(\t" +
+      "R\004text\"A\n\nTopLogprob\022\031\n\010token_id\030\001 \001(\rR\007" +
+      "tokenId\022\030\n\007logprob\030\002 \001(\002R\007logprob\"?\n\013Top" +
+      "Logprobs\0220\n\007entries\030\001 \003(\0132\026.swarmrl.v1.T" +
+      "opLogprobR\007entries\"\263\003\n\016GenerateResult\022\027\n" +
+      "\007call_id\030\001 \001(\tR\006callId\022=\n\rfinish_reason\030" +
+      "\002 \001(\0162\030.swarmrl.v1.FinishReasonR\014finishR" +
+      "eason\022\035\n\nprompt_ids\030\003 \003(\rR\tpromptIds\022%\n\016" +
+      "completion_ids\030\004 \003(\rR\rcompletionIds\022\032\n\010l" +
+      "ogprobs\030\005 \003(\002R\010logprobs\022%\n\016policy_versio" +
+      "n\030\006 \001(\003R\rpolicyVersion\022\022\n\004text\030\007 \001(\tR\004te" +
+      "xt\0221\n\007message\030\010 \001(\0132\027.swarmrl.v1.ChatMes" +
+      "sageR\007message\022\'\n\005usage\030\t \001(\0132\021.swarmrl.v" +
+      "1.UsageR\005usage\022:\n\014top_logprobs\030\n \003(\0132\027.s" +
+      "warmrl.v1.TopLogprobsR\013topLogprobs\022\024\n\005mo" +
+      "del\030\013 \001(\tR\005model\"\230\001\n\023SubmitRewardRequest" +
+      "\022\035\n\nepisode_id\030\001 \001(\tR\tepisodeId\022\024\n\005value" +
+      "\030\002 \001(\001R\005value\022\027\n\007call_id\030\003 \001(\tR\006callId\022\035" +
+      "\n\nrequest_id\030\004 \001(\tR\trequestId\022\024\n\005model\030\005" +
+      " \001(\tR\005model\"\357\001\n\024SubmitRewardResponse\022*\n\016" +
+      "episode_reward\030\001 \001(\001H\000R\repisodeReward\210\001\001" +
+      "\022W\n\rmodel_rewards\030\002 \003(\01322.swarmrl.v1.Sub" +
+      "mitRewardResponse.ModelRewardsEntryR\014mod" +
+      "elRewards\032?\n\021ModelRewardsEntry\022\020\n\003key\030\001 " +
+      "\001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005value:\0028\001B\021\n\017_e" +
+      "pisode_reward\"\220\002\n\021EndEpisodeRequest\022\035\n\ne" +
+      "pisode_id\030\001 \001(\tR\tepisodeId\022\033\n\006reward\030\002 \001" +
+      "(\001H\000R\006reward\210\001\001\022\035\n\nrequest_id\030\003 \001(\tR\treq" +
+      "uestId\022T\n\rmodel_rewards\030\004 \003(\0132/.swarmrl." +
+      "v1.EndEpisodeRequest.ModelRewardsEntryR\014" +
+      "modelRewards\032?\n\021ModelRewardsEntry\022\020\n\003key" +
+      "\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005value:\0028\001B\t\n" +
+      "\007_reward\"C\n\022EndEpisodeResponse\022-\n\007episod" +
+      "e\030\001 \001(\0132\023.swarmrl.v1.EpisodeR\007episode\"k\n" +
+      "\023AbortEpisodeRequest\022\035\n\nepisode_id\030\001 \001(\t" +
+      "R\tepisodeId\022\026\n\006reason\030\002 \001(\tR\006reason\022\035\n\nr" +
+      "equest_id\030\003 \001(\tR\trequestId\"E\n\024AbortEpiso" +
+      "deResponse\022-\n\007episode\030\001 \001(\0132\023.swarmrl.v1" +
+      ".EpisodeR\007episode\"W\n\021GetEpisodeRequest\022\035" +
+      "\n\nepisode_id\030\001 \001(\tR\tepisodeId\022#\n\rinclude" +
+      "_calls\030\002 \001(\010R\014includeCalls\"C\n\022GetEpisode" +
+      "Response\022-\n\007episode\030\001 \001(\0132\023.swarmrl.v1.E" +
+      "pisodeR\007episode\"\322\005\n\007Episode\022\035\n\nepisode_i" +
+      "d\030\001 \001(\tR\tepisodeId\022.\n\005state\030\002 \001(\0162\030.swar" +
+      "mrl.v1.EpisodeStateR\005state\022\027\n\007task_id\030\003 " +
+      "\001(\tR\006taskId\022\031\n\010group_id\030\004 \001(\tR\007groupId\022#" +
+      "\n\ragent_version\030\005 \001(\tR\014agentVersion\022\026\n\006m" +
+      "odels\030\006 \003(\tR\006models\022\033\n\006reward\030\007 \001(\001H\000R\006r" +
+      "eward\210\001\001\022\033\n\tnum_calls\030\010 \001(\005R\010numCalls\022,\n" +
+      "\005calls\030\t \003(\0132\026.swarmrl.v1.CallRecordR\005ca" +
+      "lls\0229\n\nstart_time\030\n \001(\0132\032.google.protobu" +
+      "f.TimestampR\tstartTime\0225\n\010end_time\030\013 \001(\013" +
+      "2\032.google.protobuf.TimestampR\007endTime\022!\n" +
+      "\014abort_reason\030\014 \001(\tR\013abortReason\0227\n\006labe" +
+      "ls\030\r \003(\0132\037.swarmrl.v1.Episode.LabelsEntr" +
+      "yR\006labels\022J\n\rmodel_rewards\030\016 \003(\0132%.swarm" +
+      "rl.v1.Episode.ModelRewardsEntryR\014modelRe" +
+      "wards\0329\n\013LabelsEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024" +
+      "\n\005value\030\002 \001(\tR\005value:\0028\001\032?\n\021ModelRewards" +
+      "Entry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005" +
+      "value:\0028\001B\t\n\007_reward\"\321\002\n\nCallRecord\022\027\n\007c" +
+      "all_id\030\001 \001(\tR\006callId\022\024\n\005model\030\002 \001(\tR\005mod" +
+      "el\022\035\n\nprompt_ids\030\003 \003(\rR\tpromptIds\022%\n\016com" +
+      "pletion_ids\030\004 \003(\rR\rcompletionIds\022\032\n\010logp" +
+      "robs\030\005 \003(\002R\010logprobs\022%\n\016policy_version\030\006" +
+      " \001(\003R\rpolicyVersion\022=\n\rfinish_reason\030\007 \001" +
+      "(\0162\030.swarmrl.v1.FinishReasonR\014finishReas" +
+      "on\022\033\n\006reward\030\010 \001(\001H\000R\006reward\210\001\001\022$\n\016paren" +
+      "t_call_id\030\t \001(\tR\014parentCallIdB\t\n\007_reward" +
+      "2\205\004\n\016EpisodeService\022V\n\014StartEpisode\022\037.sw" +
+      "armrl.v1.StartEpisodeRequest\032 .swarmrl.v" +
+      "1.StartEpisodeResponse\"\003\220\002\002\022G\n\010Generate\022" +
+      "\033.swarmrl.v1.GenerateRequest\032\034.swarmrl.v" +
+      "1.GenerateResponse0\001\022V\n\014SubmitReward\022\037.s" +
+      "warmrl.v1.SubmitRewardRequest\032 .swarmrl." +
+      "v1.SubmitRewardResponse\"\003\220\002\002\022P\n\nEndEpiso" +
+      "de\022\035.swarmrl.v1.EndEpisodeRequest\032\036.swar" +
+      "mrl.v1.EndEpisodeResponse\"\003\220\002\002\022V\n\014AbortE" +
+      "pisode\022\037.swarmrl.v1.AbortEpisodeRequest\032" +
+      " .swarmrl.v1.AbortEpisodeResponse\"\003\220\002\002\022P" +
+      "\n\nGetEpisode\022\035.swarmrl.v1.GetEpisodeRequ" +
+      "est\032\036.swarmrl.v1.GetEpisodeResponse\"\003\220\002\001" +
+      "B&\n\rio.swarmrl.v1B\023EpisodeServiceProtoP\001" +
+      "b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -304,7 +305,7 @@ public final class EpisodeServiceProto {
     internal_static_swarmrl_v1_GenerateRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_GenerateRequest_descriptor,
-        new java.lang.String[] { "EpisodeId", "Model", "Chat", "Tokens", "Sampling", "RequestId", "Input", });
+        new java.lang.String[] { "EpisodeId", "Model", "Chat", "Tokens", "Sampling", "RequestId", "ResultOnly", "Input", });
     internal_static_swarmrl_v1_GenerateResponse_descriptor =
       getDescriptor().getMessageTypes().get(5);
     internal_static_swarmrl_v1_GenerateResponse_fieldAccessorTable = new

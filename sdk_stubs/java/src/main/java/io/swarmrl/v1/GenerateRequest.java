@@ -356,6 +356,23 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int RESULT_ONLY_FIELD_NUMBER = 7;
+  private boolean resultOnly_ = false;
+  /**
+   * <pre>
+   * When true the stream carries only the final result, no chunks: the cheaper call
+   * for a client that waits for the whole completion anyway (one message instead of
+   * one per written batch of tokens).
+   * </pre>
+   *
+   * <code>bool result_only = 7 [json_name = "resultOnly"];</code>
+   * @return The resultOnly.
+   */
+  @java.lang.Override
+  public boolean getResultOnly() {
+    return resultOnly_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -388,6 +405,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(requestId_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 6, requestId_);
     }
+    if (resultOnly_ != false) {
+      output.writeBool(7, resultOnly_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -418,6 +438,10 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(requestId_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(6, requestId_);
     }
+    if (resultOnly_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(7, resultOnly_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -444,6 +468,8 @@ private static final long serialVersionUID = 0L;
     }
     if (!getRequestId()
         .equals(other.getRequestId())) return false;
+    if (getResultOnly()
+        != other.getResultOnly()) return false;
     if (!getInputCase().equals(other.getInputCase())) return false;
     switch (inputCase_) {
       case 3:
@@ -478,6 +504,9 @@ private static final long serialVersionUID = 0L;
     }
     hash = (37 * hash) + REQUEST_ID_FIELD_NUMBER;
     hash = (53 * hash) + getRequestId().hashCode();
+    hash = (37 * hash) + RESULT_ONLY_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getResultOnly());
     switch (inputCase_) {
       case 3:
         hash = (37 * hash) + CHAT_FIELD_NUMBER;
@@ -637,6 +666,7 @@ private static final long serialVersionUID = 0L;
         samplingBuilder_ = null;
       }
       requestId_ = "";
+      resultOnly_ = false;
       inputCase_ = 0;
       input_ = null;
       return this;
@@ -686,6 +716,9 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000020) != 0)) {
         result.requestId_ = requestId_;
+      }
+      if (((from_bitField0_ & 0x00000040) != 0)) {
+        result.resultOnly_ = resultOnly_;
       }
     }
 
@@ -764,6 +797,9 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000020;
         onChanged();
       }
+      if (other.getResultOnly() != false) {
+        setResultOnly(other.getResultOnly());
+      }
       switch (other.getInputCase()) {
         case CHAT: {
           mergeChat(other.getChat());
@@ -839,6 +875,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000020;
               break;
             } // case 50
+            case 56: {
+              resultOnly_ = input.readBool();
+              bitField0_ |= 0x00000040;
+              break;
+            } // case 56
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1654,6 +1695,56 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       requestId_ = value;
       bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+
+    private boolean resultOnly_ ;
+    /**
+     * <pre>
+     * When true the stream carries only the final result, no chunks: the cheaper call
+     * for a client that waits for the whole completion anyway (one message instead of
+     * one per written batch of tokens).
+     * </pre>
+     *
+     * <code>bool result_only = 7 [json_name = "resultOnly"];</code>
+     * @return The resultOnly.
+     */
+    @java.lang.Override
+    public boolean getResultOnly() {
+      return resultOnly_;
+    }
+    /**
+     * <pre>
+     * When true the stream carries only the final result, no chunks: the cheaper call
+     * for a client that waits for the whole completion anyway (one message instead of
+     * one per written batch of tokens).
+     * </pre>
+     *
+     * <code>bool result_only = 7 [json_name = "resultOnly"];</code>
+     * @param value The resultOnly to set.
+     * @return This builder for chaining.
+     */
+    public Builder setResultOnly(boolean value) {
+      
+      resultOnly_ = value;
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * When true the stream carries only the final result, no chunks: the cheaper call
+     * for a client that waits for the whole completion anyway (one message instead of
+     * one per written batch of tokens).
+     * </pre>
+     *
+     * <code>bool result_only = 7 [json_name = "resultOnly"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearResultOnly() {
+      bitField0_ = (bitField0_ & ~0x00000040);
+      resultOnly_ = false;
       onChanged();
       return this;
     }

@@ -148,5 +148,17 @@ public interface GenerateRequestOrBuilder extends
   com.google.protobuf.ByteString
       getRequestIdBytes();
 
+  /**
+   * <pre>
+   * When true the stream carries only the final result, no chunks: the cheaper call
+   * for a client that waits for the whole completion anyway (one message instead of
+   * one per written batch of tokens).
+   * </pre>
+   *
+   * <code>bool result_only = 7 [json_name = "resultOnly"];</code>
+   * @return The resultOnly.
+   */
+  boolean getResultOnly();
+
   public io.swarmrl.v1.GenerateRequest.InputCase getInputCase();
 }

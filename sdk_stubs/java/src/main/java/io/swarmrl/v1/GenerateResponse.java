@@ -5,7 +5,7 @@ package io.swarmrl.v1;
 
 /**
  * <pre>
- * One step of the Generate stream: chunks, then exactly one result.
+ * One step of the Generate stream: chunks (unless result_only), then exactly one result.
  * </pre>
  *
  * Protobuf type {@code swarmrl.v1.GenerateResponse}
@@ -359,7 +359,7 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * One step of the Generate stream: chunks, then exactly one result.
+   * One step of the Generate stream: chunks (unless result_only), then exactly one result.
    * </pre>
    *
    * Protobuf type {@code swarmrl.v1.GenerateResponse}
