@@ -11,8 +11,16 @@ the history, then a new user message), through
 
 Per door and concurrency it prints calls/s, p50/p99 latency, the p50 *added* over an
 in-process direct call of the same engine on the same prompts, server CPU ms per
-call (from /proc, the server process only) and server RSS. Last, it opens idle
+call (from /proc, the server process only) and server RSS. First, it opens idle
 episodes and prints how many fit in 2 GiB of server memory.
+
+Then the floor of each door on this machine, with the same load generator: a server
+that does no work at all answers every call with a canned reply of the same size
+(`floor grpc`: grpc.aio, one reply message, driven by a bare grpc.aio stub, since the
+SDK needs a real server; `floor shim`: FastAPI on uvicorn with the shim's listener,
+driven by the official openai client exactly as above). No gateway written in Python
+on these cores can beat its floor's calls/s; what the floor's load generator spends
+per call ("client ms") is CPU the server cannot have.
 
     python benchmarks/gateway_load.py                       # c = 1 16 64 256, both doors
     python benchmarks/gateway_load.py --doors grpc --concurrency 1 256 --profile prof.txt
@@ -25,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -40,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import openai  # noqa: E402
+from fastapi import Request, Response  # noqa: E402 - the floor's route annotations
 
 from swarmrl import AsyncSwarmClient  # noqa: E402
 from tests.helpers import ServerProcess  # noqa: E402
@@ -68,7 +79,7 @@ class Level:
         lat = sorted(self.latencies_ms)
         p50 = lat[len(lat) // 2]
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-        return (f"{self.door:5} {self.concurrency:5d} {self.calls:6d} "
+        return (f"{self.door:11} {self.concurrency:5d} {self.calls:6d} "
                 f"{self.calls / self.wall_s:9.0f} {p50:8.2f} {p99:8.2f} "
                 f"{p50 - direct_p50_ms:8.2f} {self.cpu_ms / self.calls:8.3f} "
                 f"{self.client_cpu_ms / self.calls:8.3f} {self.rss_mib:8.0f}")
@@ -169,6 +180,151 @@ async def run_level(door: str, target: str, concurrency: int, min_calls: int,
     return Level(door, concurrency, len(latencies), wall, latencies, cpu, client_cpu, rss)
 
 
+# -- the floors: servers that do no work ------------------------------------------------
+
+GENERATE = "/swarmrl.v1.EpisodeService/Generate"
+
+
+def _canned_result() -> bytes:
+    """A GenerateResponse shaped like a turn-4 echo reply (prompt ids, 17 completion ids)."""
+    from swarmrl import _convert
+    from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
+    from swarmrl._proto.v1 import types_pb2 as t_pb
+
+    reply = {"role": "assistant", "content": "word " * 16}
+    result = ep_pb.GenerateResult(
+        call_id=f"call-{uuid.uuid4().hex}", prompt_ids=list(range(1000, 1120)),
+        completion_ids=list(range(200, 217)), logprobs=[-2.0794] * 17, policy_version=0,
+        text=reply["content"], message=_convert.chat_input([reply], None).messages[0],
+        usage=t_pb.Usage(prompt_tokens=120, completion_tokens=17), model="tiny",
+    )
+    return ep_pb.GenerateResponse(result=result).SerializeToString()
+
+
+def _canned_completion() -> bytes:
+    return json.dumps({
+        "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": 0,
+        "model": "tiny", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": "word " * 16}}],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 17, "total_tokens": 137},
+    }).encode()
+
+
+def _serve_floor(door: str, ready: Any) -> None:
+    """Child process: the do-nothing server of `door`; puts its port on `ready`."""
+    if door == "grpc":
+        import grpc
+
+        async def serve() -> None:
+            body = _canned_result()
+
+            async def generate(request: bytes, context: Any) -> Any:
+                yield body
+
+            server = grpc.aio.server()
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+                "swarmrl.v1.EpisodeService",
+                {"Generate": grpc.unary_stream_rpc_method_handler(generate)}),))
+            ready.put(server.add_insecure_port("127.0.0.1:0"))
+            await server.start()
+            await server.wait_for_termination()
+
+        asyncio.run(serve())
+        return
+    import socket
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from swarmrl_server.http.app import listening_socket
+
+    app = FastAPI()
+    body = _canned_completion()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        await request.json()  # the request is read and parsed, as any server must
+        return Response(body, media_type="application/json")
+
+    sock = listening_socket(socket.AF_INET)
+    sock.bind(("127.0.0.1", 0))
+    ready.put(sock.getsockname()[1])
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                  timeout_keep_alive=300)).run(sockets=[sock])
+
+
+async def run_floor(door: str, port: int, concurrency: int, min_calls: int,
+                    stats: ServerStats) -> Level:
+    rounds = max(1, -(-min_calls // (concurrency * TURNS)))
+    latencies: list[float] = []
+    if door == "grpc":
+        import grpc
+
+        from swarmrl import _convert
+        from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
+
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        generate = channel.unary_stream(GENERATE, request_serializer=lambda m: m.SerializeToString(),
+                                        response_deserializer=ep_pb.GenerateResponse.FromString)
+
+        async def episode(k: int) -> None:
+            messages: list[dict[str, Any]] = []
+            for turn in range(TURNS):
+                messages.append(user_turn(k, turn))
+                start = time.perf_counter()
+                request = ep_pb.GenerateRequest(
+                    episode_id="ep", chat=_convert.chat_input(messages, None),
+                    request_id=uuid.uuid4().hex, result_only=True)
+                async for reply in generate(request):
+                    text = reply.result.text
+                latencies.append((time.perf_counter() - start) * 1000)
+                messages.append({"role": "assistant", "content": text})
+    else:
+        async def episode(k: int) -> None:
+            oai = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-floor",
+                                     max_retries=0, timeout=120)
+            messages: list[dict[str, Any]] = []
+            for turn in range(TURNS):
+                messages.append(user_turn(k, turn))
+                start = time.perf_counter()
+                r = await oai.chat.completions.create(model="tiny", messages=messages)
+                latencies.append((time.perf_counter() - start) * 1000)
+                messages.append({"role": "assistant", "content": r.choices[0].message.content})
+
+    async def worker(w: int) -> None:
+        for r in range(rounds):
+            await episode(w * rounds + r)
+
+    cpu0, client0, t0 = stats.cpu_ms(), time.process_time(), time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    wall, cpu = time.perf_counter() - t0, stats.cpu_ms() - cpu0
+    client_cpu = (time.process_time() - client0) * 1000
+    if door == "grpc":
+        await channel.close()
+    return Level(f"floor {door}", concurrency, len(latencies), wall, latencies, cpu, client_cpu,
+                 stats.rss_bytes() / 2**20)
+
+
+async def floors(doors: list[str], concurrency: list[int], min_calls: int) -> list[Level]:
+    levels = []
+    ctx = multiprocessing.get_context("spawn")
+    for door in doors:
+        ready = ctx.Queue()
+        child = ctx.Process(target=_serve_floor, args=(door, ready), daemon=True)
+        child.start()
+        try:
+            port = await asyncio.to_thread(ready.get, True, 120)
+            await asyncio.sleep(0.5)  # the shim's uvicorn listens just after the put
+            for c in concurrency:
+                level = await run_floor(door, port, c, min_calls, ServerStats(child.pid))  # type: ignore[arg-type]
+                levels.append(level)
+                print(level.row(0.0), flush=True)
+        finally:
+            child.kill()
+            child.join()
+    return levels
+
+
 async def idle_episodes(target: str, count: int, stats: ServerStats) -> tuple[float, float]:
     """Server bytes per idle open episode: (just started, after one chat call)."""
     async with AsyncSwarmClient(target) as client:
@@ -223,9 +379,9 @@ async def main_async(args: argparse.Namespace) -> None:
                     ["py-spy", "record", "--pid", str(stats.pid), "--format", "raw",
                      "--output", args.profile, "--rate", "200", "--nonblocking", *(["--native"] if os.environ.get("PYSPY_NATIVE") else [])],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            print("door  conc.  calls   calls/s  p50 ms   p99 ms  +p50 ms  cpu ms  "
+            print("door        conc.  calls   calls/s  p50 ms   p99 ms  +p50 ms  cpu ms  "
                   "client ms RSS MiB\n(cpu ms: server CPU per call; client ms: this load "
-                  "generator's CPU per call)")
+                  "generator's CPU per call; +p50 of a floor: over nothing)")
             for door in args.doors:
                 for c in args.concurrency:
                     level = await run_level(door, server.target, c, args.min_calls, stats)
@@ -234,6 +390,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 profiler.send_signal(2)
                 profiler.wait(timeout=60)
                 profiler = None
+            if args.floors:
+                await floors(args.doors, args.concurrency, args.min_calls)
         finally:
             if profiler is not None:
                 profiler.kill()
@@ -250,6 +408,8 @@ def main() -> None:
     p.add_argument("--cache-dir", default=os.environ.get("SWARMRL_CACHE",
                                                          str(Path.home() / ".cache/swarmrl")))
     p.add_argument("--profile", default="", help="py-spy raw profile of the server to FILE")
+    p.add_argument("--no-floors", dest="floors", action="store_false",
+                   help="skip the do-nothing servers' rows")
     asyncio.run(main_async(p.parse_args()))
 
 
