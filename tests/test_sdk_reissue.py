@@ -13,12 +13,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import swarmrl
 from swarmrl._episode import _complete_whole
 from swarmrl._streams import AsyncCompletionStream
-from tests.helpers import ServerProcess
+from tests.helpers import ServerProcess, free_port, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -70,21 +71,23 @@ async def test_stream_broken_mid_way_is_reissued_and_recorded_once(
 async def test_server_killed_during_chat_the_call_completes_once(
         tmp_path: Path, model_cache: Path, tiny_model_dir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    server = ServerProcess(data_dir=tmp_path / "data", cache_dir=model_cache,
+    """SIGKILL while the server generates the call (its /metrics shows it in flight)."""
+    http_port = free_port()
+    server = ServerProcess(data_dir=tmp_path / "data", cache_dir=model_cache, http_port=http_port,
                            extra=["--default-max-tokens", "400"]).start()
     sent: list[tuple[str, bool]] = []
-    restarted: list[asyncio.Future[Any]] = []
     original_open = AsyncCompletionStream._open_and_read_first
 
     async def spy_open(self: AsyncCompletionStream, budget: Any) -> Any:
         sent.append((self.request_id, self._request.result_only))
-        if len(sent) == 1:  # SIGKILL as soon as the first attempt has been sent
-            self._stream = await self._transport.open_stream(
-                lambda s: s.episodes.Generate, self._request, budget)
-            server.kill()
-            restarted.append(asyncio.get_running_loop().run_in_executor(None, server.start))
-            return await self._stream.next()
         return await original_open(self, budget)
+
+    def in_flight() -> bool:
+        try:
+            metrics = httpx.get(f"http://127.0.0.1:{http_port}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            return False
+        return 'swarmrl_queue_depth{model="tiny",queue="inflight"} 1.0' in metrics
 
     monkeypatch.setattr(AsyncCompletionStream, "_open_and_read_first", spy_open)
     try:
@@ -92,12 +95,16 @@ async def test_server_killed_during_chat_the_call_completes_once(
             initial=0.05, maximum=0.5, timeout=120))
         async with swarmrl.AsyncSwarmClient(config=config) as client:
             async with client.episode(task_id="t") as ep:
-                completion = await asyncio.wait_for(ep.chat(
+                chat = asyncio.create_task(ep.chat(
                     [{"role": "user", "content": "Tell me a long story."}],
-                    max_tokens=400, temperature=1.0, stop_token_ids=[]), 180)
+                    max_tokens=400, temperature=1.0, stop_token_ids=[]))
+                await asyncio.to_thread(wait_until, in_flight, 60, "the call to be generating")
+                assert not chat.done()
+                server.kill()
+                await asyncio.to_thread(server.start)  # same port, same data dir
+                completion = await asyncio.wait_for(chat, 180)
                 await ep.reward(1.0)
             info = await client.get_episode(ep.id, include_calls=True)
-        await restarted[0]
     finally:
         server.stop()
     assert len(sent) >= 2, "the call was not re-sent"
