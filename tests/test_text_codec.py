@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmrl_server.engine.text import _codec, decode_ids, encode_text
+from swarmrl_server.engine.text import _backend, decode_ids, encode_text
 
 TEXTS = [
     "",
@@ -35,8 +35,7 @@ def _tokenizers(tiny_model_dir: Path) -> list[object]:
 
 def test_fast_path_is_taken_and_matches_the_wrapper(tiny_model_dir: Path) -> None:
     for tok in _tokenizers(tiny_model_dir):
-        encode, _ = _codec(tok)
-        assert encode.__qualname__.endswith("encode")
+        assert _backend(tok) is not None, "the direct path is not taken"
         for text in TEXTS:
             want = list(tok(text, add_special_tokens=False)["input_ids"])  # type: ignore[operator]
             assert encode_text(tok, text) == want, text
@@ -56,12 +55,13 @@ def test_a_tokenizer_that_overrides_decoding_keeps_the_wrapper(tiny_model_dir: P
             return super()._decode(token_ids, skip_special_tokens, **kwargs).upper()
 
     tok = Shouting.from_pretrained(tiny_model_dir, local_files_only=True)
+    assert _backend(tok) is None
     ids = encode_text(tok, "quiet words")
     assert decode_ids(tok, ids) == "QUIET WORDS"
 
 
 @pytest.mark.parametrize("text", ["a", "two words"])
-def test_the_codec_is_cached_per_tokenizer(tiny_model_dir: Path, text: str) -> None:
+def test_the_backend_is_cached_per_tokenizer(tiny_model_dir: Path, text: str) -> None:
     tok = _tokenizers(tiny_model_dir)[0]
-    assert _codec(tok) is _codec(tok)
+    assert _backend(tok) is _backend(tok) is tok._tokenizer  # type: ignore[attr-defined]
     assert decode_ids(tok, encode_text(tok, text)) == text

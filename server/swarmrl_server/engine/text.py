@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,27 +16,27 @@ _DETOKENIZE_CONTEXT = 5
 decodes as it does mid-sentence (matters for SentencePiece-style decoders)."""
 
 
-_Codec = tuple[Callable[[str], list[int]], Callable[[Sequence[int]], str]]
-_CODECS: weakref.WeakKeyDictionary[Any, _Codec] = weakref.WeakKeyDictionary()
+_BACKENDS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
-def _codec(tokenizer: Any) -> _Codec:
-    """(encode, decode) for `tokenizer`: its Rust `tokenizers.Tokenizer` called directly
-    when transformers' wrapper would only forward to it, else the wrapper.
+def _backend(tokenizer: Any) -> Any | None:
+    """`tokenizer`'s Rust `tokenizers.Tokenizer` when transformers' wrapper would only
+    forward to it, else None (cached per tokenizer).
 
     Why: encode runs every turn and decode twice per generated token, and the wrapper's
     argument handling is much of a short call's time (measured on the tiny model's
     tokenizer: decode of 6 ids 5.8 us through it, 2.0 us direct; encode of 108 tokens
-    242 us, 147 us direct). The direct path is taken
-    only where it is the same computation: a fast tokenizer whose class keeps
-    transformers' own `_encode_plus`/`_decode` and that does not split special tokens
-    (encode: `backend.encode(text, add_special_tokens=False).ids`; decode without the
-    clean-up pass, which every caller here turns off). `tests/test_text_codec.py` checks
-    both against the wrapper token for token.
+    242 us, 147 us direct). The direct path is taken only where it is the same
+    computation: a fast tokenizer whose class keeps transformers' own
+    `_encode_plus`/`_decode` and does not split special tokens (encode:
+    `backend.encode(text, add_special_tokens=False).ids`; decode without the clean-up
+    pass, which every caller here turns off). `tests/test_text_codec.py` checks both
+    against the wrapper token for token.
     """
-    codec = _CODECS.get(tokenizer)
-    if codec is not None:
-        return codec
+    try:
+        return _BACKENDS[tokenizer]
+    except KeyError:
+        pass
     backend = None
     try:
         from tokenizers import Tokenizer
@@ -48,34 +48,28 @@ def _codec(tokenizer: Any) -> _Codec:
                 and cls._decode is TokenizersBackend._decode
                 and not getattr(tokenizer, "split_special_tokens", False)):
             backend = tokenizer._tokenizer
-    except ImportError:  # an older transformers: the wrapper it is
+    except ImportError:  # another transformers layout: the wrapper it is
         pass
-    if backend is not None:
-        def encode(text: str) -> list[int]:
-            return list(backend.encode(text, add_special_tokens=False).ids)
-
-        def decode(ids: Sequence[int]) -> str:
-            return str(backend.decode(list(ids), skip_special_tokens=True))
-    else:
-        def encode(text: str) -> list[int]:
-            return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-        def decode(ids: Sequence[int]) -> str:
-            return str(tokenizer.decode(
-                list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False))
-    _CODECS[tokenizer] = codec = (encode, decode)
-    return codec
+    _BACKENDS[tokenizer] = backend
+    return backend
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
     """Token ids of `text` as the tokenizer splits it (special tokens spelled out in it
     are recognised; none are added)."""
-    return _codec(tokenizer)[0](text)
+    backend = _backend(tokenizer)
+    if backend is not None:
+        return list(backend.encode(text, add_special_tokens=False).ids)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def decode_ids(tokenizer: Any, ids: Sequence[int]) -> str:
     """Text of `ids`, special tokens skipped, no clean-up of spaces."""
-    return _codec(tokenizer)[1](ids)
+    backend = _backend(tokenizer)
+    if backend is not None:
+        return str(backend.decode(list(ids), skip_special_tokens=True))
+    return str(tokenizer.decode(
+        list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False))
 
 
 class TextStream:
@@ -89,7 +83,7 @@ class TextStream:
     def __init__(
         self, tokenizer: PreTrainedTokenizerBase, prompt_ids: list[int], stop: tuple[str, ...]
     ) -> None:
-        self._decode = _codec(tokenizer)[1]
+        self._tokenizer = tokenizer
         self._stop = stop
         tail = prompt_ids[-_DETOKENIZE_CONTEXT:]
         if self._decode(tail).endswith("\ufffd"):
@@ -106,6 +100,9 @@ class TextStream:
     @property
     def text(self) -> str:
         return self._text[: self._sent]
+
+    def _decode(self, ids: list[int]) -> str:
+        return decode_ids(self._tokenizer, ids)
 
     def push(self, token_id: int | None, *, final: bool = False) -> str:
         """Adds a token (None: none) and returns the text released by it.
