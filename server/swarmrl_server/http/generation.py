@@ -30,8 +30,11 @@ SEED_MODULUS = 2**63
 class Generations:
     """`n` concurrent generate streams of one request, merged."""
 
-    def __init__(self, streams: Sequence[AsyncIterator[Item]]) -> None:
+    def __init__(self, streams: Sequence[AsyncIterator[Item]], *, chunks: bool = True) -> None:
+        """`chunks=False` (a non-streaming response): after each choice's first item, which
+        `start()` waits for, only results travel the queue, not every chunk."""
         self._streams = list(streams)
+        self._chunks = chunks
         self._queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._first: tuple[int, Any] | None = None
@@ -42,8 +45,11 @@ class Generations:
 
     async def _pump(self, index: int, stream: AsyncIterator[Item]) -> None:
         try:
+            first = True
             async for item in stream:
-                await self._queue.put((index, item))
+                if first or self._chunks or not isinstance(item, GenerationChunk):
+                    await self._queue.put((index, item))
+                first = False
             await self._queue.put((index, _DONE))
         except asyncio.CancelledError:
             raise

@@ -170,7 +170,7 @@ class OpenAIServingChat:
                 )
                 for i, s in enumerate(samplings)
             ]
-            gens = Generations(streams)
+            gens = Generations(streams, chunks=req.stream)
             await gens.start()
         except SwarmError as err:
             raise from_swarm_error(err, params) from None

@@ -107,7 +107,7 @@ class OpenAIServingCompletion:
                 )
                 for p, ids in enumerate(prompts) for i, s in enumerate(samplings)
             ]
-            gens = Generations(streams)
+            gens = Generations(streams, chunks=req.stream)
             await gens.start()
         except SwarmError as err:
             raise from_swarm_error(err, PARAMS) from None
