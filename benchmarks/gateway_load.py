@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,51 +134,76 @@ async def direct_p50_ms(model_dir: Path, calls: int) -> float:
 # -- the doors -------------------------------------------------------------------------
 
 
+Reply = Callable[[list[dict[str, Any]]], Awaitable[str]]
+"""One call of a door: the conversation so far in, the assistant's reply text out."""
+
+
+async def play_episode(k: int, reply: Reply, latencies: list[float]) -> None:
+    """Episode `k`: TURNS growing turns, each call's latency appended to `latencies`."""
+    messages: list[dict[str, Any]] = []
+    for turn in range(TURNS):
+        messages.append(user_turn(k, turn))
+        start = time.perf_counter()
+        text = await reply(messages)
+        latencies.append((time.perf_counter() - start) * 1000)
+        messages.append({"role": "assistant", "content": text})
+
+
+def openai_reply(base_url: str, api_key: str) -> Reply:
+    """One official openai client per agent, as agents run (its own keep-alive connection)."""
+    oai = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
+
+    async def reply(messages: list[dict[str, Any]]) -> str:
+        r = await oai.chat.completions.create(model="tiny", messages=messages)  # type: ignore[arg-type]
+        return r.choices[0].message.content or ""
+
+    return reply
+
+
+def rounds_for(concurrency: int, min_calls: int) -> int:
+    return max(1, -(-min_calls // (concurrency * TURNS)))
+
+
+async def measure(door: str, concurrency: int, rounds: int, replies: Callable[[int], Reply],
+                  stats: ServerStats) -> Level:
+    """Plays concurrency x rounds episodes (`replies(k)`: episode k's door) and measures
+    calls/s, latencies, and server and load-generator CPU."""
+    latencies: list[float] = []
+
+    async def worker(w: int) -> None:
+        for r in range(rounds):
+            k = w * rounds + r
+            await play_episode(k, replies(k), latencies)
+
+    cpu0, client0, t0 = stats.cpu_ms(), time.process_time(), time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    wall, cpu = time.perf_counter() - t0, stats.cpu_ms() - cpu0
+    client_cpu = (time.process_time() - client0) * 1000
+    return Level(door, concurrency, len(latencies), wall, latencies, cpu, client_cpu,
+                 stats.rss_bytes() / 2**20)
+
+
 async def run_level(door: str, target: str, concurrency: int, min_calls: int,
                     stats: ServerStats) -> Level:
-    rounds = max(1, -(-min_calls // (concurrency * TURNS)))
-    latencies: list[float] = []
+    rounds = rounds_for(concurrency, min_calls)
     async with AsyncSwarmClient(target) as client:
         episodes = [await client.start_episode(task_id=f"load-{uuid.uuid4().hex[:6]}")
                     for _ in range(concurrency * rounds)]
 
-        async def grpc_episode(k: int) -> None:
+        def replies(k: int) -> Reply:
             ep = episodes[k]
-            messages: list[dict[str, Any]] = []
-            for turn in range(TURNS):
-                messages.append(user_turn(k, turn))
-                start = time.perf_counter()
-                completion = await ep.chat(messages)
-                latencies.append((time.perf_counter() - start) * 1000)
-                messages.append({"role": "assistant", "content": completion.text})
+            if door == "shim":
+                return openai_reply(ep.openai_base_url, ep.openai_api_key)
 
-        async def shim_episode(k: int) -> None:
-            ep = episodes[k]
-            # One client per agent, as agents run (its own keep-alive connection).
-            oai = openai.AsyncOpenAI(base_url=ep.openai_base_url, api_key=ep.openai_api_key,
-                                     max_retries=0, timeout=120)
-            messages: list[dict[str, Any]] = []
-            for turn in range(TURNS):
-                messages.append(user_turn(k, turn))
-                start = time.perf_counter()
-                r = await oai.chat.completions.create(model="tiny", messages=messages)
-                latencies.append((time.perf_counter() - start) * 1000)
-                messages.append({"role": "assistant", "content": r.choices[0].message.content})
+            async def reply(messages: list[dict[str, Any]]) -> str:
+                return (await ep.chat(messages)).text
 
-        play = grpc_episode if door == "grpc" else shim_episode
+            return reply
 
-        async def worker(w: int) -> None:
-            for r in range(rounds):
-                await play(w * rounds + r)
-
-        cpu0, client0, t0 = stats.cpu_ms(), time.process_time(), time.perf_counter()
-        await asyncio.gather(*(worker(w) for w in range(concurrency)))
-        wall, cpu = time.perf_counter() - t0, stats.cpu_ms() - cpu0
-        client_cpu = (time.process_time() - client0) * 1000
-        rss = stats.rss_bytes() / 2**20
+        level = await measure(door, concurrency, rounds, replies, stats)
         for ep in episodes:
             await ep.end(reward=0.0)
-    return Level(door, concurrency, len(latencies), wall, latencies, cpu, client_cpu, rss)
+    return level
 
 
 # -- the floors: servers that do no work ------------------------------------------------
@@ -255,54 +281,30 @@ def _serve_floor(door: str, ready: Any) -> None:
 
 async def run_floor(door: str, port: int, concurrency: int, min_calls: int,
                     stats: ServerStats) -> Level:
-    rounds = max(1, -(-min_calls // (concurrency * TURNS)))
-    latencies: list[float] = []
-    if door == "grpc":
-        import grpc
+    rounds = rounds_for(concurrency, min_calls)
+    if door == "shim":
+        return await measure(
+            f"floor {door}", concurrency, rounds,
+            lambda k: openai_reply(f"http://127.0.0.1:{port}/v1", "sk-floor"), stats)
+    import grpc
 
-        from swarmrl import _convert
-        from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
+    from swarmrl import _convert
+    from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
 
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         generate = channel.unary_stream(GENERATE, request_serializer=lambda m: m.SerializeToString(),
                                         response_deserializer=ep_pb.GenerateResponse.FromString)
 
-        async def episode(k: int) -> None:
-            messages: list[dict[str, Any]] = []
-            for turn in range(TURNS):
-                messages.append(user_turn(k, turn))
-                start = time.perf_counter()
-                request = ep_pb.GenerateRequest(
-                    episode_id="ep", chat=_convert.chat_input(messages, None),
-                    request_id=uuid.uuid4().hex, result_only=True)
-                async for reply in generate(request):
-                    text = reply.result.text
-                latencies.append((time.perf_counter() - start) * 1000)
-                messages.append({"role": "assistant", "content": text})
-    else:
-        async def episode(k: int) -> None:
-            oai = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-floor",
-                                     max_retries=0, timeout=120)
-            messages: list[dict[str, Any]] = []
-            for turn in range(TURNS):
-                messages.append(user_turn(k, turn))
-                start = time.perf_counter()
-                r = await oai.chat.completions.create(model="tiny", messages=messages)
-                latencies.append((time.perf_counter() - start) * 1000)
-                messages.append({"role": "assistant", "content": r.choices[0].message.content})
+        async def reply(messages: list[dict[str, Any]]) -> str:
+            request = ep_pb.GenerateRequest(
+                episode_id="ep", chat=_convert.chat_input(messages, None),
+                request_id=uuid.uuid4().hex, result_only=True)
+            text = ""
+            async for response in generate(request):
+                text = response.result.text
+            return text
 
-    async def worker(w: int) -> None:
-        for r in range(rounds):
-            await episode(w * rounds + r)
-
-    cpu0, client0, t0 = stats.cpu_ms(), time.process_time(), time.perf_counter()
-    await asyncio.gather(*(worker(w) for w in range(concurrency)))
-    wall, cpu = time.perf_counter() - t0, stats.cpu_ms() - cpu0
-    client_cpu = (time.process_time() - client0) * 1000
-    if door == "grpc":
-        await channel.close()
-    return Level(f"floor {door}", concurrency, len(latencies), wall, latencies, cpu, client_cpu,
-                 stats.rss_bytes() / 2**20)
+        return await measure(f"floor {door}", concurrency, rounds, lambda k: reply, stats)
 
 
 async def floors(doors: list[str], concurrency: list[int], min_calls: int) -> list[Level]:
