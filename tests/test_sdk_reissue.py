@@ -24,6 +24,19 @@ from tests.helpers import ServerProcess, free_port, wait_until
 pytestmark = pytest.mark.slow
 
 
+def _client(server: ServerProcess) -> swarmrl.AsyncSwarmClient:
+    """A client that retries quickly for two minutes (the server restarts meanwhile)."""
+    return swarmrl.AsyncSwarmClient(config=swarmrl.ClientConfig(
+        target=server.target, retry=swarmrl.RetryPolicy(initial=0.05, maximum=0.5, timeout=120)))
+
+
+def _recorded_once(info: Any, completion: Any) -> None:
+    """The server recorded exactly one call: the one the caller got."""
+    assert len(info.calls) == 1
+    assert info.calls[0].call_id == completion.call_id
+    assert info.calls[0].completion_ids == completion.completion_ids
+
+
 async def test_stream_broken_mid_way_is_reissued_and_recorded_once(
         tmp_path: Path, model_cache: Path, tiny_model_dir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,9 +61,7 @@ async def test_stream_broken_mid_way_is_reissued_and_recorded_once(
     monkeypatch.setattr(AsyncCompletionStream, "__anext__", spy_next)
     monkeypatch.setattr(AsyncCompletionStream, "reissued", spy_reissued)
     try:
-        config = swarmrl.ClientConfig(target=server.target, retry=swarmrl.RetryPolicy(
-            initial=0.05, maximum=0.5, timeout=120))
-        async with swarmrl.AsyncSwarmClient(config=config) as client:
+        async with _client(server) as client:
             async with client.episode(task_id="t") as ep:
                 chat = asyncio.create_task(_complete_whole(ep.stream(
                     [{"role": "user", "content": "Tell me a long story."}],
@@ -63,9 +74,7 @@ async def test_stream_broken_mid_way_is_reissued_and_recorded_once(
     finally:
         server.stop()
     assert reissues, "the stream was not interrupted mid-way"
-    assert len(info.calls) == 1
-    assert info.calls[0].call_id == completion.call_id
-    assert info.calls[0].completion_ids == completion.completion_ids
+    _recorded_once(info, completion)
 
 
 async def test_server_killed_during_chat_the_call_completes_once(
@@ -91,9 +100,7 @@ async def test_server_killed_during_chat_the_call_completes_once(
 
     monkeypatch.setattr(AsyncCompletionStream, "_open_and_read_first", spy_open)
     try:
-        config = swarmrl.ClientConfig(target=server.target, retry=swarmrl.RetryPolicy(
-            initial=0.05, maximum=0.5, timeout=120))
-        async with swarmrl.AsyncSwarmClient(config=config) as client:
+        async with _client(server) as client:
             async with client.episode(task_id="t") as ep:
                 chat = asyncio.create_task(ep.chat(
                     [{"role": "user", "content": "Tell me a long story."}],
@@ -110,6 +117,4 @@ async def test_server_killed_during_chat_the_call_completes_once(
     assert len(sent) >= 2, "the call was not re-sent"
     assert len({rid for rid, _ in sent}) == 1, "a re-sent call must keep its request_id"
     assert all(result_only for _, result_only in sent)
-    assert len(info.calls) == 1
-    assert info.calls[0].call_id == completion.call_id
-    assert info.calls[0].completion_ids == completion.completion_ids
+    _recorded_once(info, completion)
