@@ -144,10 +144,11 @@ class EchoEngine(Engine):
         if any(t in self.eos_token_ids for t in allowed):
             return [self.eos_token_ids[0]]
         ok = set(allowed)
-        cands = [t for t in self._candidates(pool, step) if t in ok]
+        base = self._candidates(pool, step)
+        cands = [t for t in base if t in ok]
         if cands:
             return cands
-        start = self._candidates(pool, step)[0] % len(allowed)
+        start = base[0] % len(allowed)
         return [allowed[(start + j) % len(allowed)] for j in range(min(CANDIDATES, len(allowed)))]
 
     async def generate(
