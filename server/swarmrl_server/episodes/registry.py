@@ -23,7 +23,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -250,6 +250,13 @@ class EpisodeRegistry:
         open_ = self._open.get(episode_id)
         return None if open_ is None else open_.record
 
+    def open_calls(self, episode_id: str) -> Sequence[CallRecord]:
+        """An open episode's recorded calls, oldest first, from memory (no store read: the
+        HTTP door finds stored responses in them); empty when the episode is not open.
+        Read-only."""
+        open_ = self._open.get(episode_id)
+        return () if open_ is None else open_.calls
+
     async def by_api_key(self, api_key: str) -> EpisodeRecord | None:
         episode_id = self.keys.episode_for(api_key)
         return None if episode_id is None else await self._store.get_episode(episode_id)
@@ -281,11 +288,15 @@ class EpisodeRegistry:
         request_id: str = "",
         input_field: str = "input",
         on_prompt: Callable[[list[int]], None] | None = None,
+        annotations: dict[str, Any] | None = None,
         caller: Principal = IN_PROCESS,
     ) -> AsyncIterator[GenerationChunk | GenerationResult]:
         """Runs one call: validates, renders, streams the engine's chunks, records the call,
         and yields the GenerationResult last. `on_prompt` is told the exact prompt ids
-        before the engine starts (a stream's header reports their count up front)."""
+        before the engine starts (a stream's header reports their count up front).
+        `annotations` (chat input only) are kept with the call's chat record, under
+        "annotations": what the door that made the call needs to show it again (e.g. the
+        Responses API's stored-response fields); rendering never reads them."""
         bind_ids(episode_id=episode_id)
         open_ = await self._require_open(episode_id, caller)
         if request_id:
@@ -314,6 +325,8 @@ class EpisodeRegistry:
             prompt_ids = rendered.prompt_ids
             chat = {"messages": messages, "tools": tools or None, "reply": None,
                     "fork_reason": rendered.fork_reason}
+            if annotations:
+                chat["annotations"] = annotations
         elif token_ids is not None:
             if not token_ids:
                 raise invalid(f"{input_field}.token_ids", "must not be empty")

@@ -35,6 +35,8 @@ from swarmrl_server.http.models.api_router import attach_router as attach_models
 from swarmrl_server.http.models.serving import OpenAIServingModels
 from swarmrl_server.http.observe import attach as attach_observability
 from swarmrl_server.http.protocol import log
+from swarmrl_server.http.responses.api_router import attach_router as attach_responses
+from swarmrl_server.http.responses.serving import OpenAIServingResponses
 from swarmrl_server.http.sse import ClientDisconnected
 from swarmrl_server.swarm import Swarm
 
@@ -139,11 +141,13 @@ def build_app(
     app.state.openai_serving_completion = OpenAIServingCompletion(swarm, auth)
     app.state.openai_serving_models = OpenAIServingModels(swarm, auth)
     app.state.anthropic_serving_messages = AnthropicServingMessages(swarm, auth)
+    app.state.openai_serving_responses = OpenAIServingResponses(swarm, auth)
     for prefix in ("", f"/k/{{{PATH_KEY}}}"):
         attach_chat(app, prefix)
         attach_completion(app, prefix)
         attach_models(app, prefix)
         attach_messages(app, prefix)
+        attach_responses(app, prefix)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -36,6 +36,17 @@ def forced_tool_tag(tools: Sequence[Tool], name: str | None, field: str) -> str:
     return tool_call_tag(tools, TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
 
 
+def check_parallel_tool_calls(parallel: bool | None, has_tools: bool, tool_choice: Any) -> None:
+    """`parallel_tool_calls: false` can be honoured only for a forced choice, which is
+    decoded as exactly one call; a free one cannot be limited."""
+    forced = tool_choice not in (None, "auto", "none")
+    if has_tools and parallel is False and not forced:
+        raise HttpError(
+            400, "parallel_tool_calls: false is supported only with a forced tool_choice "
+            "(the model may call several tools in one turn)", param="parallel_tool_calls",
+        )
+
+
 def response_format_tag(response_format: dict[str, Any] | None) -> str | None:
     """The grammar for an OpenAI `response_format` (None for text)."""
     if not response_format:
@@ -86,3 +97,25 @@ def anthropic_constraint(tools: Sequence[Tool], choice_type: str | None,
                             param="tool_choice.name")
         return forced_tool_tag(tools, name, "tool_choice.name")
     return None
+
+
+def responses_constraint(tools: Sequence[Tool], tool_choice: Any,
+                         text_format: dict[str, Any] | None) -> str | None:
+    """The grammar a Responses API request asks for, if any: `tool_choice` "required" or
+    {"type": "function", "name": ...}, and `text.format` json_object / json_schema
+    (already validated by the protocol: a json_schema format carries its `schema`)."""
+    fmt: str | None = None
+    kind = (text_format or {}).get("type")
+    if kind == "json_object":
+        fmt = json_schema_tag({"type": "object"})
+    elif kind == "json_schema":
+        fmt = json_schema_tag((text_format or {}).get("schema") or {})
+    forced: str | None = None
+    if tool_choice == "required":
+        forced = forced_tool_tag(tools, None, "tool_choice")
+    elif isinstance(tool_choice, dict):
+        forced = forced_tool_tag(tools, tool_choice["name"], "tool_choice.name")
+    if forced and fmt:
+        raise HttpError(400, "text.format: cannot be combined with a forced tool_choice",
+                        param="text.format")
+    return forced or fmt

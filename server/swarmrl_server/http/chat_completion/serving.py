@@ -39,7 +39,7 @@ from swarmrl_server.http.chat_completion.protocol import (
     ToolCallDelta,
     ToolCallOut,
 )
-from swarmrl_server.http.constraints import openai_constraint
+from swarmrl_server.http.constraints import check_parallel_tool_calls, openai_constraint
 from swarmrl_server.http.errors import (
     HttpError,
     from_swarm_error,
@@ -108,13 +108,7 @@ def reject_unsupported(req: ChatCompletionRequest) -> None:
             raise HttpError(400, f"{name}: not supported by this server (use 0)", param=name)
     if req.logit_bias:
         raise HttpError(400, "logit_bias: not supported by this server", param="logit_bias")
-    forced = req.tool_choice not in (None, "auto", "none")
-    if req.tools and req.parallel_tool_calls is False and not forced:
-        # A forced choice is decoded as exactly one call; a free one cannot be limited.
-        raise HttpError(
-            400, "parallel_tool_calls: false is supported only with a forced tool_choice "
-            "(the model may call several tools in one turn)", param="parallel_tool_calls",
-        )
+    check_parallel_tool_calls(req.parallel_tool_calls, bool(req.tools), req.tool_choice)
     if req.top_logprobs and not req.logprobs:
         raise HttpError(400, "top_logprobs: requires logprobs=true", param="top_logprobs")
 
