@@ -14,7 +14,7 @@ import torch
 from swarmrl_server.config import ModelSpec, ServerConfig, default_torch_threads
 from swarmrl_server.engine.base import Engine
 from swarmrl_server.engine.hf import HFEngine
-from swarmrl_server.episodes.registry import GenerationPolicy
+from swarmrl_server.episodes.resolve import GenerationPolicy
 from swarmrl_server.grpc.auth import KeyRing
 from swarmrl_server.grpc.server import SwarmGrpcServer, create_server
 from swarmrl_server.hosting import ModelHost

@@ -15,10 +15,13 @@ import asyncio
 import gc
 import json
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from swarmrl_server.errors import invalid
+
+if TYPE_CHECKING:
+    from swarmrl_server.engine.base import SamplingParams
 
 MAX_MESSAGES = 4096
 """Messages in one chat request."""
@@ -30,6 +33,10 @@ MAX_STOP = 16
 """Stop strings in one request."""
 MAX_STOP_CHARS = 256
 """Characters in one stop string."""
+MAX_TOP_LOGPROBS = 20
+"""Most alternatives a call may ask for per token (vLLM's default cap)."""
+MAX_LEGACY_LOGPROBS = 5
+"""Most alternatives per token on the legacy /v1/completions endpoint (OpenAI's cap)."""
 MAX_LABELS = 64
 """Labels on one episode."""
 MAX_LABEL_KEY_CHARS = 128
@@ -101,13 +108,66 @@ def check_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | Non
     return size
 
 
-def check_stop(stop: tuple[str, ...] | list[str], field: str = "sampling.stop") -> None:
+def check_stop(stop: Sequence[str], field: str = "sampling.stop") -> None:
+    """Stop strings: at most MAX_STOP, each non-empty, at most MAX_STOP_CHARS, valid UTF-8."""
     if len(stop) > MAX_STOP:
         raise invalid(field, f"at most {MAX_STOP} stop strings; got {len(stop)}")
     for i, text in enumerate(stop):
         if len(text) > MAX_STOP_CHARS:
             raise invalid(f"{field}[{i}]", f"at most {MAX_STOP_CHARS} characters")
         utf8_size(text, f"{field}[{i}]")
+    for i, text in enumerate(stop):
+        if not text:
+            raise invalid(f"{field}[{i}]", "must not be empty")
+
+
+def check_sampling(params: SamplingParams, vocab_size: int, prefix: str = "params") -> None:
+    """The one check of sampling parameters, used by every engine and (through
+    `episodes.resolve`) by the front doors.
+
+    Raises INVALID_ARGUMENT naming the field as `{prefix}.{field}` (the API's names:
+    "sampling.top_p" for gRPC/HTTP callers, "params.top_p" for engine callers), before any
+    model work.
+    """
+    if params.max_tokens < 1:
+        raise invalid(f"{prefix}.max_tokens", f"must be positive; got {params.max_tokens}")
+    check_stop(params.stop, f"{prefix}.stop")
+    if not (math.isfinite(params.temperature) and params.temperature >= 0):
+        raise invalid(f"{prefix}.temperature", "must be a finite number >= 0")
+    if not (math.isfinite(params.top_p) and 0 < params.top_p <= 1):
+        raise invalid(f"{prefix}.top_p", "must be in (0, 1]")
+    if not 0 <= params.top_logprobs <= MAX_TOP_LOGPROBS:
+        raise invalid(f"{prefix}.top_logprobs", f"must be between 0 and {MAX_TOP_LOGPROBS}")
+    for i, t in enumerate(params.stop_token_ids):
+        if not 0 <= t < vocab_size:
+            raise invalid(
+                f"{prefix}.stop_token_ids[{i}]", f"{t} is outside the vocabulary [0, {vocab_size})"
+            )
+
+
+def check_prompt_ids(
+    prompt_ids: Sequence[int], vocab_size: int, max_model_len: int, *,
+    field: str = "prompt_ids", per_token: bool = False, context_field: str | None = None,
+) -> list[int]:
+    """The one check of a prompt given as token ids: non-empty, in the vocabulary, and
+    leaving room to generate; returns it as a list of ints.
+
+    A bad id is named `field[i]` when `per_token`, else `field`; a prompt too long for
+    the context names `context_field` (default `field`)."""
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise invalid(field, "must not be empty")
+    if len(prompt) >= max_model_len:
+        raise invalid(
+            context_field or field,
+            f"prompt is {len(prompt)} tokens, which leave no room to generate in the "
+            f"model's context (max_model_len {max_model_len})",
+        )
+    for i, t in enumerate(prompt):
+        if not 0 <= t < vocab_size:
+            name = f"{field}[{i}]" if per_token else field
+            raise invalid(name, f"{t} is outside the vocabulary [0, {vocab_size})")
+    return prompt
 
 
 def check_labels(labels: Mapping[str, str], field: str = "labels") -> None:

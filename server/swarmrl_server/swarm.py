@@ -19,7 +19,8 @@ from swarmrl_server.episodes.clients import (
     LiveSession,
     list_clients,
 )
-from swarmrl_server.episodes.registry import EpisodeKeys, EpisodeRegistry, GenerationPolicy
+from swarmrl_server.episodes.registry import EpisodeKeys, EpisodeRegistry
+from swarmrl_server.episodes.resolve import GenerationPolicy
 from swarmrl_server.episodes.sessions import SessionTable
 from swarmrl_server.errors import Reason, not_found, precondition
 from swarmrl_server.events import EventLog

@@ -15,14 +15,11 @@ what the trainer recomputes as the "old" logprob for the importance ratio.
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-
-from swarmrl_server.errors import invalid
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -54,50 +51,6 @@ class SamplingParams:
     """Routing hint, not sampling: calls with the same key (the episode id) go to the same
     replica, which holds their shared prefix in its cache (`scale.router`). Engines ignore
     it."""
-
-
-MAX_TOP_LOGPROBS = 20
-"""Most alternatives a call may ask for per token (vLLM's default cap)."""
-
-
-def check_sampling(params: SamplingParams, vocab_size: int, prefix: str = "params") -> None:
-    """The one check of sampling parameters, used by every engine and by the front doors.
-
-    Raises INVALID_ARGUMENT naming the field as `{prefix}.{field}` (the API's names:
-    "sampling.top_p" for gRPC/HTTP callers, "params.top_p" for engine callers), before any
-    model work.
-    """
-    if not (math.isfinite(params.temperature) and params.temperature >= 0):
-        raise invalid(f"{prefix}.temperature", "must be a finite number >= 0")
-    if not (math.isfinite(params.top_p) and 0 < params.top_p <= 1):
-        raise invalid(f"{prefix}.top_p", "must be in (0, 1]")
-    if params.max_tokens < 1:
-        raise invalid(f"{prefix}.max_tokens", f"must be positive; got {params.max_tokens}")
-    if not 0 <= params.top_logprobs <= MAX_TOP_LOGPROBS:
-        raise invalid(f"{prefix}.top_logprobs", f"must be between 0 and {MAX_TOP_LOGPROBS}")
-    for i, t in enumerate(params.stop_token_ids):
-        if not 0 <= t < vocab_size:
-            raise invalid(f"{prefix}.stop_token_ids[{i}]", f"{t} is outside the vocabulary [0, {vocab_size})")
-    for i, text in enumerate(params.stop):
-        if not text:
-            raise invalid(f"{prefix}.stop[{i}]", "must not be empty")
-
-
-def check_prompt(prompt_ids: Sequence[int], vocab_size: int, max_model_len: int) -> list[int]:
-    """Checks a prompt against the model (non-empty, in the vocabulary, room to generate);
-    returns it as a list of ints."""
-    prompt = [int(t) for t in prompt_ids]
-    if not prompt:
-        raise invalid("prompt_ids", "must not be empty")
-    bad = next((t for t in prompt if not 0 <= t < vocab_size), None)
-    if bad is not None:
-        raise invalid("prompt_ids", f"token id {bad} is outside [0, {vocab_size})")
-    if len(prompt) >= max_model_len:
-        raise invalid(
-            "prompt_ids",
-            f"{len(prompt)} tokens leave no room to generate (max_model_len {max_model_len})",
-        )
-    return prompt
 
 
 @dataclass(frozen=True)

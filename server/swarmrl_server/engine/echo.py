@@ -46,12 +46,11 @@ from swarmrl_server.engine.base import (
     GenerationChunk,
     GenerationOutput,
     SamplingParams,
-    check_prompt,
-    check_sampling,
 )
 from swarmrl_server.engine.grammar import GrammarCompiler
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, unavailable
+from swarmrl_server.limits import check_prompt_ids, check_sampling
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -154,7 +153,7 @@ class EchoEngine(Engine):
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
-        prompt = check_prompt(prompt_ids, self.vocab_size, self.max_model_len)
+        prompt = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
         check_sampling(params, self.vocab_size)
         if not self._running:
             raise unavailable(Reason.SHUTTING_DOWN, f"engine {self.name!r} is not running")

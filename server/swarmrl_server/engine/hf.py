@@ -42,12 +42,11 @@ from swarmrl_server.engine.base import (
     GenerationChunk,
     GenerationOutput,
     SamplingParams,
-    check_prompt,
-    check_sampling,
 )
 from swarmrl_server.engine.grammar import GrammarCompiler
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, SwarmError, invalid, unavailable
+from swarmrl_server.limits import check_prompt_ids, check_sampling
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -260,7 +259,7 @@ class HFEngine(Engine):
     # ---- validation -------------------------------------------------------------
 
     def _new_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> _Request:
-        prompt = check_prompt(prompt_ids, self.vocab_size, self.max_model_len)
+        prompt = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
         check_sampling(params, self.vocab_size)
         matcher = None
         if params.structural_tag:

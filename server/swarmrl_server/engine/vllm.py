@@ -60,8 +60,6 @@ from swarmrl_server.engine.base import (
     GenerationChunk,
     GenerationOutput,
     SamplingParams,
-    check_prompt,
-    check_sampling,
 )
 from swarmrl_server.engine.text import end_of_turn_ids
 from swarmrl_server.engine.vllm_server import (
@@ -71,6 +69,7 @@ from swarmrl_server.engine.vllm_server import (
     default_vllm_python,
 )
 from swarmrl_server.errors import Reason, invalid, unavailable
+from swarmrl_server.limits import check_prompt_ids, check_sampling
 
 if TYPE_CHECKING:
     from swarmrl_server.config import ModelSpec, ServerConfig
@@ -222,7 +221,7 @@ class VLLMEngine(Engine):
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
-        prompt = check_prompt(prompt_ids, self.vocab_size, self.max_model_len)
+        prompt = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
         check_sampling(params, self.vocab_size)
         if self.trainable and params.top_p < 1 and params.temperature > 0:
             raise invalid(

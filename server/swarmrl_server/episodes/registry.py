@@ -16,10 +16,8 @@ per-episode key already named the episode) pass `IN_PROCESS`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import hmac
-import json
 import math
 import time
 import uuid
@@ -30,24 +28,19 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import structlog
 
-from swarmrl_server.engine.base import (
-    GenerationChunk,
-    GenerationOutput,
-    SamplingParams,
-    check_sampling,
+from swarmrl_server.engine.base import GenerationChunk, GenerationOutput
+from swarmrl_server.episodes.calls import GenerationResult, call_record, recorded_call, replay
+from swarmrl_server.episodes.chat import Message, parse_reply
+from swarmrl_server.episodes.resolve import (
+    GenerationPolicy,
+    ResolvedRequest,
+    SamplingRequest,
+    resolve,
 )
-from swarmrl_server.episodes.chat import Message, parse_reply, validate_messages
-from swarmrl_server.episodes.render import chat_of, extended_parent, render_prompt
 from swarmrl_server.errors import Reason, SwarmError, invalid, not_found, precondition, unavailable
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.identity import IN_PROCESS, Principal, require_owner
-from swarmrl_server.limits import (
-    check_chat,
-    check_labels,
-    check_prompt_bytes,
-    check_reason,
-    check_stop,
-)
+from swarmrl_server.limits import check_labels, check_reason
 from swarmrl_server.logs import bind_ids
 from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
@@ -57,50 +50,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("swarmrl.episodes")
 
+_DEFAULT_SAMPLING = SamplingRequest()
+
 MAX_ID_LEN = 256
-
-
-@dataclass(frozen=True)
-class SamplingRequest:
-    """Sampling fields as the client sent them; None means "server default"."""
-
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] = ()
-    seed: int | None = None
-    top_logprobs: int = 0
-    structural_tag: str | None = None
-    """A grammar the completion must match (see `engine.grammar`); its call is recorded
-    as constrained."""
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    """The last item of a generate stream: the recorded call and the parsed reply."""
-
-    call: CallRecord
-    message: Message
-    finish_reason: str
-    """"stop", "length", "tool_calls" or "abort"."""
-    overridden: dict[str, Any] = field(default_factory=dict)
-    """Sampling fields the server's policy replaced ({field: value used})."""
-    replayed: bool = False
-
-
-@dataclass
-class GenerationPolicy:
-    """Server-side rules applied to every generation request."""
-
-    default_max_tokens: int = 256
-    force_temperature: float | None = None
-    """When set, training generations sample at this temperature whatever the client
-    asks (reported back as an override, never silently)."""
-    force_top_p: float | None = None
-    max_inflight: int = 512
-    """Most generations one model runs or queues at once; more are refused with
-    UNAVAILABLE (OVER_CAPACITY, HTTP 429) and a retry hint instead of piling up."""
 
 
 @dataclass
@@ -284,7 +236,7 @@ class EpisodeRegistry:
         messages: list[Message] | None = None,
         tools: list[Message] | None = None,
         token_ids: list[int] | None = None,
-        sampling: SamplingRequest = SamplingRequest(),
+        sampling: SamplingRequest = _DEFAULT_SAMPLING,
         request_id: str = "",
         input_field: str = "input",
         on_prompt: Callable[[list[int]], None] | None = None,
@@ -299,126 +251,81 @@ class EpisodeRegistry:
         Responses API's stored-response fields); rendering never reads them."""
         bind_ids(episode_id=episode_id)
         open_ = await self._require_open(episode_id, caller)
-        if request_id:
-            for call in open_.calls:
-                if call.request_id == request_id:
-                    if on_prompt is not None:
-                        on_prompt(call.prompt_ids)
-                    yield self._replay(call)
-                    return
+        if replayed := recorded_call(open_.calls, request_id):  # a retry of a finished call
+            if on_prompt is not None:
+                on_prompt(replayed.prompt_ids)
+            yield replay(replayed)
+            return
         host = self._resolve_model(open_.record, model)
         paused = self._is_paused()
         if paused:
             raise unavailable(Reason.GENERATION_PAUSED, f"generation is paused: {paused}")
-        params, overridden = self._sampling(sampling, host)
         calls_of_model = [c for c in open_.calls if c.model == host.name]
-        chat_json = ""
-        if messages is not None:
-            # Cheap checks first: a prompt too long for the context is refused from its
-            # size in bytes, before the chat template and the tokenizer see it.
-            n_bytes = check_chat(messages, tools, input_field)
-            check_prompt_bytes(n_bytes, host.tokenizer, host.engine.max_model_len, input_field)
-            validate_messages(messages, f"{input_field}.messages")
-            rendered = render_prompt(
-                host.tokenizer, messages, tools, calls_of_model, host.engine.eos_token_ids
-            )
-            prompt_ids = rendered.prompt_ids
-            chat = {"messages": messages, "tools": tools or None, "reply": None,
-                    "fork_reason": rendered.fork_reason}
-            if annotations:
-                chat["annotations"] = annotations
-        elif token_ids is not None:
-            if not token_ids:
-                raise invalid(f"{input_field}.token_ids", "must not be empty")
-            if len(token_ids) >= host.engine.max_model_len:
-                raise invalid(
-                    input_field,
-                    f"prompt is {len(token_ids)} tokens; the model's context is "
-                    f"{host.engine.max_model_len}",
-                )
-            vocab = host.engine.vocab_size
-            for i, t in enumerate(token_ids):
-                if not 0 <= t < vocab:
-                    raise invalid(
-                        f"{input_field}.token_ids[{i}]", f"{t} is outside the vocabulary [0, {vocab})"
-                    )
-            prompt_ids = list(token_ids)
-            chat = None
-        else:
-            raise invalid(input_field, "give chat messages or token ids")
-        room = host.engine.max_model_len - len(prompt_ids)
-        if room <= 0:
-            raise invalid(
-                input_field,
-                f"prompt is {len(prompt_ids)} tokens; the model's context is "
-                f"{host.engine.max_model_len}",
-            )
-        if sampling.max_tokens is not None and sampling.max_tokens > room:
-            raise invalid(
-                "sampling.max_tokens",
-                f"{sampling.max_tokens} + prompt of {len(prompt_ids)} tokens exceeds the "
-                f"context of {host.engine.max_model_len}",
-            )
-        params = dataclasses.replace(params, max_tokens=min(params.max_tokens, room),
-                                     affinity_key=episode_id)
-
-        if self._inflight.get(host.name, 0) >= self.policy.max_inflight:
-            raise unavailable(
-                Reason.OVER_CAPACITY,
-                f"model {host.name!r} already runs {self.policy.max_inflight} generations",
-            )
+        request = resolve(
+            host, self.policy, sampling, messages=messages, tools=tools, token_ids=token_ids,
+            earlier_calls=calls_of_model, input_field=input_field, affinity_key=episode_id,
+            annotations=annotations,
+        )
+        self._check_capacity(host.name)
         if on_prompt is not None:
-            on_prompt(prompt_ids)
-        output: GenerationOutput | None = None
+            on_prompt(request.prompt_ids)
+
         call_id = f"call-{uuid.uuid4().hex}"
         bind_ids(call_id=call_id)
         t0 = time.perf_counter()
-        first_token_s: float | None = None
-        self._inflight[host.name] = self._inflight.get(host.name, 0) + 1
-        try:
-            async for item in host.engine.generate(prompt_ids, params):
-                if isinstance(item, GenerationOutput):
-                    output = item
-                else:
-                    if first_token_s is None:
-                        first_token_s = time.perf_counter() - t0
-                    yield item
-        finally:
-            self._inflight[host.name] -= 1
+        timing: dict[str, float] = {}
+        output: GenerationOutput | None = None
+        async for item in self._run_engine(host, request, timing, t0):
+            if isinstance(item, GenerationOutput):
+                output = item
+            else:
+                yield item
         assert output is not None, "engine ended without a result"
-        if output.finish_reason == "abort":
-            raise SwarmError(
-                grpc.StatusCode.UNAVAILABLE, Reason.SHUTTING_DOWN,
-                "generation was aborted (the server is stopping)", retry_after_s=1.0,
-            )
+
         message, finish_reason = parse_reply(output.text, output.finish_reason)
-        if chat is not None:
-            chat["reply"] = message
-            chat_json = json.dumps(chat)
-        call = CallRecord(
-            call_id=call_id, episode_id=episode_id, seq=-1,
-            model=host.name, prompt_ids=list(output.prompt_ids),
-            completion_ids=list(output.completion_ids), logprobs=list(output.logprobs),
-            policy_version=output.policy_version, finish_reason=finish_reason,
-            temperature=params.temperature, text=output.text, request_id=request_id,
-            parent_call_id=extended_parent(output.prompt_ids, calls_of_model),
-            created_at=time.time(), chat_json=chat_json, top_logprobs=output.top_logprobs,
-            constrained=params.structural_tag is not None,
+        call = call_record(
+            call_id, episode_id, host.name, request, output, message, finish_reason,
+            request_id, calls_of_model,
         )
-        if chat is not None:  # kept in memory for the next turn (see render.py)
-            call.chat, call.rendered_text = chat, rendered.text
         # Once the engine has finished, the call is recorded whole even if the caller goes
         # away meanwhile, so the store and the in-memory call list never disagree.
         recorded = await asyncio.shield(self._record_call(open_, call))
         if recorded is not call:  # a re-issue of this request_id finished first
-            yield self._replay(recorded)
+            yield replay(recorded)
             return
         if self._telemetry is not None:
             self._telemetry.call_done(
                 host.name, prompt_tokens=len(call.prompt_ids),
                 completion_tokens=len(call.completion_ids), finish_reason=finish_reason,
-                first_token_s=first_token_s, total_s=time.perf_counter() - t0)
-        yield GenerationResult(call, message, finish_reason, overridden)
+                first_token_s=timing.get("first_token_s"), total_s=time.perf_counter() - t0)
+        yield GenerationResult(call, message, finish_reason, request.overridden)
+
+    def _check_capacity(self, model: str) -> None:
+        if self._inflight.get(model, 0) >= self.policy.max_inflight:
+            raise unavailable(
+                Reason.OVER_CAPACITY,
+                f"model {model!r} already runs {self.policy.max_inflight} generations",
+            )
+
+    async def _run_engine(
+        self, host: ModelHost, request: ResolvedRequest, timing: dict[str, float], t0: float
+    ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
+        """The engine's stream, counted in flight for `host`; the time to the first chunk
+        goes to `timing["first_token_s"]`. A call the engine aborted (the server is
+        stopping) ends in UNAVAILABLE, retryable."""
+        self._inflight[host.name] = self._inflight.get(host.name, 0) + 1
+        try:
+            async for item in host.engine.generate(request.prompt_ids, request.params):
+                if not isinstance(item, GenerationOutput) and "first_token_s" not in timing:
+                    timing["first_token_s"] = time.perf_counter() - t0
+                if isinstance(item, GenerationOutput) and item.finish_reason == "abort":
+                    raise SwarmError(
+                        grpc.StatusCode.UNAVAILABLE, Reason.SHUTTING_DOWN,
+                        "generation was aborted (the server is stopping)", retry_after_s=1.0,
+                    )
+                yield item
+        finally:
+            self._inflight[host.name] -= 1
 
     async def _record_call(self, open_: _Open, call: CallRecord) -> CallRecord:
         """Records `call`, or returns the call already recorded under its request_id (a
@@ -448,45 +355,6 @@ class EpisodeRegistry:
         if name not in record.models:
             raise invalid("model", f"{name!r} is not among the episode's models {record.models}")
         return self._models[name]
-
-    def _sampling(self, s: SamplingRequest, host: ModelHost) -> tuple[SamplingParams, dict[str, Any]]:
-        if s.max_tokens is not None and s.max_tokens <= 0:
-            raise invalid("sampling.max_tokens", f"must be positive; got {s.max_tokens}")
-        check_stop(s.stop)
-        check_sampling(
-            SamplingParams(
-                temperature=1.0 if s.temperature is None else s.temperature,
-                top_p=1.0 if s.top_p is None else s.top_p,
-                stop_token_ids=tuple(s.stop_token_ids), stop=tuple(s.stop),
-                top_logprobs=s.top_logprobs,
-            ),
-            host.engine.vocab_size, prefix="sampling",
-        )
-        overridden: dict[str, Any] = {}
-        temperature = 1.0 if s.temperature is None else s.temperature
-        top_p = 1.0 if s.top_p is None else s.top_p
-        if self.policy.force_temperature is not None and temperature != self.policy.force_temperature:
-            temperature = self.policy.force_temperature
-            if s.temperature is not None:
-                overridden["temperature"] = temperature
-        if self.policy.force_top_p is not None and top_p != self.policy.force_top_p:
-            top_p = self.policy.force_top_p
-            if s.top_p is not None:
-                overridden["top_p"] = top_p
-        params = SamplingParams(
-            temperature=temperature, top_p=top_p,
-            max_tokens=s.max_tokens or self.policy.default_max_tokens,
-            stop_token_ids=tuple(s.stop_token_ids), stop=tuple(s.stop), seed=s.seed,
-            top_logprobs=s.top_logprobs, structural_tag=s.structural_tag,
-        )
-        return params, overridden
-
-    def _replay(self, call: CallRecord) -> GenerationResult:
-        chat = chat_of(call)
-        message, finish_reason = (
-            (chat["reply"], call.finish_reason) if chat else parse_reply(call.text, call.finish_reason)
-        )
-        return GenerationResult(call, message, finish_reason, replayed=True)
 
     # -- rewards and endings -------------------------------------------------------
 

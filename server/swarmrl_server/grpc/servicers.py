@@ -17,7 +17,7 @@ from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc
 from swarmrl._proto.v1 import types_pb2 as t_pb
 from swarmrl_server.engine.base import GenerationChunk
 from swarmrl_server.episodes.coalesce import coalesced
-from swarmrl_server.episodes.registry import GenerationResult
+from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.errors import invalid
 from swarmrl_server.grpc import convert
 from swarmrl_server.grpc.auth import KeyRing

@@ -18,7 +18,8 @@ from typing import Any
 import grpc
 
 from swarmrl_server.engine.base import GenerationChunk
-from swarmrl_server.episodes.registry import GenerationResult, SamplingRequest
+from swarmrl_server.episodes.calls import GenerationResult
+from swarmrl_server.episodes.resolve import SamplingRequest
 from swarmrl_server.errors import Reason, SwarmError
 
 Item = GenerationChunk | GenerationResult

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from swarmrl_server.http.protocol import OpenAIBaseModel, ResponseModel, SwarmrlInfo, Usage
+from swarmrl_server.limits import MAX_TOP_LOGPROBS
 
 # -- request -------------------------------------------------------------------------
 
@@ -77,7 +78,7 @@ class ChatCompletionRequest(OpenAIBaseModel):
     seed: int | None = None
     n: int = Field(1, ge=1, le=16)
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     stream: bool = False
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = None

@@ -20,8 +20,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from swarmrl_server.engine.base import GenerationChunk
+from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.chat import Message, ReplyParser, make_message, validate_messages
-from swarmrl_server.episodes.registry import GenerationResult
 from swarmrl_server.episodes.render import chat_of
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.http.auth import EpisodeAuth

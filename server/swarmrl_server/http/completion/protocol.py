@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from swarmrl_server.http.protocol import OpenAIBaseModel, ResponseModel, SwarmrlInfo, Usage
+from swarmrl_server.limits import MAX_LEGACY_LOGPROBS
 
 
 class StreamOptions(OpenAIBaseModel):
@@ -30,7 +31,7 @@ class CompletionRequest(OpenAIBaseModel):
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
-    logprobs: int | None = Field(None, ge=0, le=5)
+    logprobs: int | None = Field(None, ge=0, le=MAX_LEGACY_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None

@@ -16,7 +16,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from swarmrl_server.engine.base import GenerationChunk
-from swarmrl_server.episodes.registry import GenerationResult
+from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.http.auth import EpisodeAuth
 from swarmrl_server.http.completion.protocol import (

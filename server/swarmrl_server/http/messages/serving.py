@@ -19,6 +19,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from swarmrl_server.engine.base import GenerationChunk
+from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.chat import (
     Message,
     ReplyParser,
@@ -26,7 +27,7 @@ from swarmrl_server.episodes.chat import (
     render_text,
     validate_messages,
 )
-from swarmrl_server.episodes.registry import GenerationResult, SamplingRequest
+from swarmrl_server.episodes.resolve import SamplingRequest
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.http.auth import EpisodeAuth
 from swarmrl_server.http.chat_completion.serving import swarmrl_info
