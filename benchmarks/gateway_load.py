@@ -7,7 +7,9 @@ the history, then a new user message), through
 
   - grpc: the Python SDK (`AsyncSwarmClient`, one channel, `episode.chat`);
   - shim: the official `openai` client (keep-alive, one client per episode, as agents
-    do), `chat.completions.create` against the episode's base URL and key.
+    do), `chat.completions.create` against the episode's base URL and key;
+  - responses: the same client, `responses.create` (the Responses API, which the OpenAI
+    Agents SDK's default model speaks) with the history as input items.
 
 Per door and concurrency it prints calls/s, p50/p99 latency, the p50 *added* over an
 in-process direct call of the same engine on the same prompts, server CPU ms per
@@ -17,12 +19,13 @@ episodes and prints how many fit in 2 GiB of server memory.
 Then the floor of each door on this machine, with the same load generator: a server
 that does no work at all answers every call with a canned reply of the same size
 (`floor grpc`: grpc.aio, one reply message, driven by a bare grpc.aio stub, since the
-SDK needs a real server; `floor shim`: FastAPI on uvicorn with the shim's listener,
-driven by the official openai client exactly as above). No gateway written in Python
+SDK needs a real server; `floor shim` / `floor responses`: FastAPI on uvicorn with the
+shim's listener, driven by the official openai client exactly as above). No gateway written in Python
 on these cores can beat its floor's calls/s; what the floor's load generator spends
 per call ("client ms") is CPU the server cannot have.
 
-    python benchmarks/gateway_load.py                       # c = 1 16 64 256, both doors
+    python benchmarks/gateway_load.py                       # c = 1 16 64 256, every door
+    python benchmarks/gateway_load.py --doors shim responses --concurrency 1 16 64 --idle 0
     python benchmarks/gateway_load.py --doors grpc --concurrency 1 256 --profile prof.txt
 
 `--profile FILE` runs the server under py-spy (if installed) and writes its top
@@ -80,7 +83,7 @@ class Level:
         lat = sorted(self.latencies_ms)
         p50 = lat[len(lat) // 2]
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-        return (f"{self.door:11} {self.concurrency:5d} {self.calls:6d} "
+        return (f"{self.door:15} {self.concurrency:5d} {self.calls:6d} "
                 f"{self.calls / self.wall_s:9.0f} {p50:8.2f} {p99:8.2f} "
                 f"{p50 - direct_p50_ms:8.2f} {self.cpu_ms / self.calls:8.3f} "
                 f"{self.client_cpu_ms / self.calls:8.3f} {self.rss_mib:8.0f}")
@@ -160,6 +163,21 @@ def openai_reply(base_url: str, api_key: str) -> Reply:
     return reply
 
 
+def openai_responses_reply(base_url: str, api_key: str) -> Reply:
+    """The Responses API door: the same client, the history sent back as input items."""
+    oai = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
+
+    async def reply(messages: list[dict[str, Any]]) -> str:
+        r = await oai.responses.create(model="tiny", input=messages)  # type: ignore[arg-type]
+        return r.output_text
+
+    return reply
+
+
+OPENAI_DOORS = {"shim": openai_reply, "responses": openai_responses_reply}
+"""The HTTP doors, each driven by the official openai client."""
+
+
 def rounds_for(concurrency: int, min_calls: int) -> int:
     return max(1, -(-min_calls // (concurrency * TURNS)))
 
@@ -192,8 +210,8 @@ async def run_level(door: str, target: str, concurrency: int, min_calls: int,
 
         def replies(k: int) -> Reply:
             ep = episodes[k]
-            if door == "shim":
-                return openai_reply(ep.openai_base_url, ep.openai_api_key)
+            if door in OPENAI_DOORS:
+                return OPENAI_DOORS[door](ep.openai_base_url, ep.openai_api_key)
 
             async def reply(messages: list[dict[str, Any]]) -> str:
                 return (await ep.chat(messages)).text
@@ -236,6 +254,20 @@ def _canned_completion() -> bytes:
     }).encode()
 
 
+def _canned_response() -> bytes:
+    return json.dumps({
+        "id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": 0,
+        "model": "tiny", "status": "completed", "parallel_tool_calls": True,
+        "tool_choice": "auto", "tools": [], "output": [{
+            "type": "message", "id": f"msg_{uuid.uuid4().hex}", "role": "assistant",
+            "status": "completed", "content": [{"type": "output_text", "text": "word " * 16,
+                                                "annotations": []}]}],
+        "usage": {"input_tokens": 120, "output_tokens": 17, "total_tokens": 137,
+                  "input_tokens_details": {"cached_tokens": 0},
+                  "output_tokens_details": {"reasoning_tokens": 0}},
+    }).encode()
+
+
 def _serve_floor(door: str, ready: Any) -> None:
     """Child process: the do-nothing server of `door`; puts its port on `ready`."""
     if door == "grpc":
@@ -265,10 +297,11 @@ def _serve_floor(door: str, ready: Any) -> None:
     from swarmrl_server.http.app import listening_socket
 
     app = FastAPI()
-    body = _canned_completion()
+    body = _canned_response() if door == "responses" else _canned_completion()
 
     @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Response:
+    @app.post("/v1/responses")
+    async def answer(request: Request) -> Response:
         await request.json()  # the request is read and parsed, as any server must
         return Response(body, media_type="application/json")
 
@@ -282,10 +315,10 @@ def _serve_floor(door: str, ready: Any) -> None:
 async def run_floor(door: str, port: int, concurrency: int, min_calls: int,
                     stats: ServerStats) -> Level:
     rounds = rounds_for(concurrency, min_calls)
-    if door == "shim":
+    if door in OPENAI_DOORS:
         return await measure(
             f"floor {door}", concurrency, rounds,
-            lambda k: openai_reply(f"http://127.0.0.1:{port}/v1", "sk-floor"), stats)
+            lambda k: OPENAI_DOORS[door](f"http://127.0.0.1:{port}/v1", "sk-floor"), stats)
     import grpc
 
     from swarmrl import _convert
@@ -381,7 +414,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     ["py-spy", "record", "--pid", str(stats.pid), "--format", "raw",
                      "--output", args.profile, "--rate", "200", "--nonblocking", *(["--native"] if os.environ.get("PYSPY_NATIVE") else [])],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            print("door        conc.  calls   calls/s  p50 ms   p99 ms  +p50 ms  cpu ms  "
+            print("door            conc.  calls   calls/s  p50 ms   p99 ms  +p50 ms  cpu ms  "
                   "client ms RSS MiB\n(cpu ms: server CPU per call; client ms: this load "
                   "generator's CPU per call; +p50 of a floor: over nothing)")
             for door in args.doors:
@@ -402,7 +435,8 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--doors", nargs="+", choices=("grpc", "shim"), default=["grpc", "shim"])
+    p.add_argument("--doors", nargs="+", choices=("grpc", "shim", "responses"),
+                   default=["grpc", "shim", "responses"])
     p.add_argument("--concurrency", nargs="+", type=int, default=[1, 16, 64, 256])
     p.add_argument("--min-calls", type=int, default=400,
                    help="calls per level at least (episodes are repeated at low concurrency)")

@@ -3,7 +3,8 @@
 The wrapper opens an episode, runs the command with ``OPENAI_BASE_URL`` /
 ``OPENAI_API_KEY`` (and ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``) pointing at
 that episode, so every model call the agent makes through its usual OpenAI or
-Anthropic client is recorded in it, then computes the reward and ends the
+Anthropic client (chat completions, the Responses API that the OpenAI Agents SDK's
+default model speaks, or Anthropic messages) is recorded in it, then computes the reward and ends the
 episode. An agent that crashes (non-zero exit, a signal, a timeout) or yields no
 reward has its episode aborted: failures are never trained on.
 

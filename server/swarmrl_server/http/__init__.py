@@ -11,6 +11,10 @@ Endpoints (also under `/k/<episode key>/...`, for harnesses that cannot set a ke
 - `POST /v1/completions`       text or token-id prompts
 - `GET  /v1/models`, `GET /v1/models/{id}`
 - `POST /v1/messages`, `POST /v1/messages/count_tokens`   Anthropic Messages API
+- `POST /v1/responses`, `GET /v1/responses/{id}`           OpenAI Responses API (the
+  OpenAI Agents SDK's default model): input items, function tools, forced tool
+  choices and JSON text formats, the streamed event sequence, `previous_response_id`
+  with responses stored inside their episode (see `responses/store.py`)
 - `GET  /health`
 
 Addressing: `StartEpisode` returns `openai_base_url` and `openai_api_key`
@@ -26,6 +30,9 @@ Extension fields (ignored by plain clients, opt-in where they cost bytes):
   streams each chunk carries its own `token_ids`; `prompt_token_ids` comes on the
   chunk that finishes the first choice (on `message_delta` for Anthropic).
 - request `request_id: "..."` -> idempotent retries: a repeat returns the recorded call.
+- Responses API: request `seed` (chat completions' `seed`; the Responses API has none);
+  `return_token_ids` and `swarmrl` are on the response object (streams: on
+  `response.completed` / `response.incomplete`).
 - response `swarmrl`: `{episode_id, call_ids, policy_version, overridden, fork_reason}`
   always (streams: on the last finishing chunk / `message_delta`). `overridden` lists
   sampling fields the server's policy replaced (e.g. `--force-temperature`), with the
