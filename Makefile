@@ -63,8 +63,8 @@ generate: $(STAMP) toolchains
 
 # Regenerating must change nothing, new files included.
 check-generated: generate
-	git diff --exit-code -- sdk_python/swarmrl/_proto sdk_stubs
-	test -z "$$(git status --porcelain -- sdk_python/swarmrl/_proto sdk_stubs)"
+	git diff --exit-code -- sdk_python/swarmrl_proto sdk_stubs
+	test -z "$$(git status --porcelain -- sdk_python/swarmrl_proto sdk_stubs)"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/grpc_vs_engine.py --repeats 5

@@ -232,8 +232,8 @@ GENERATE = "/swarmrl.v1.EpisodeService/Generate"
 def _canned_result() -> bytes:
     """A GenerateResponse shaped like a turn-4 echo reply (prompt ids, 17 completion ids)."""
     from swarmrl import _convert
-    from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
-    from swarmrl._proto.v1 import types_pb2 as t_pb
+    from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
+    from swarmrl_proto.v1 import types_pb2 as t_pb
 
     reply = {"role": "assistant", "content": "word " * 16}
     result = ep_pb.GenerateResult(
@@ -322,7 +322,7 @@ async def run_floor(door: str, port: int, concurrency: int, min_calls: int,
     import grpc
 
     from swarmrl import _convert
-    from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
+    from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         generate = channel.unary_stream(GENERATE, request_serializer=lambda m: m.SerializeToString(),

@@ -26,11 +26,11 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from swarmrl._proto.v1 import episode_service_pb2 as ep_pb  # noqa: E402
-from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc  # noqa: E402
-from swarmrl._proto.v1 import session_service_pb2 as s_pb  # noqa: E402
-from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc  # noqa: E402
-from swarmrl._proto.v1 import types_pb2 as t_pb  # noqa: E402
+from swarmrl_proto.v1 import episode_service_pb2 as ep_pb  # noqa: E402
+from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc  # noqa: E402
+from swarmrl_proto.v1 import session_service_pb2 as s_pb  # noqa: E402
+from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc  # noqa: E402
+from swarmrl_proto.v1 import types_pb2 as t_pb  # noqa: E402
 from swarmrl_server.config import default_torch_threads  # noqa: E402
 from swarmrl_server.engine.base import GenerationOutput, SamplingParams  # noqa: E402
 from swarmrl_server.engine.hf import HFEngine  # noqa: E402

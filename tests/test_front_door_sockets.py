@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 import httpx
 
-from swarmrl._proto.v1 import admin_service_pb2 as admin_pb
-from swarmrl._proto.v1 import admin_service_pb2_grpc as admin_grpc
+from swarmrl_proto.v1 import admin_service_pb2 as admin_pb
+from swarmrl_proto.v1 import admin_service_pb2_grpc as admin_grpc
 
 
 def accepted_sockets(port: int) -> list[socket.socket]:

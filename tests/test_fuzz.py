@@ -24,11 +24,11 @@ from google.protobuf import duration_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
-from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc
-from swarmrl._proto.v1 import session_service_pb2 as s_pb
-from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc
-from swarmrl._proto.v1 import types_pb2 as t_pb
+from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
+from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
+from swarmrl_proto.v1 import session_service_pb2 as s_pb
+from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
+from swarmrl_proto.v1 import types_pb2 as t_pb
 from tests.helpers import ServerProcess, free_port
 
 pytestmark = pytest.mark.slow

@@ -12,10 +12,10 @@ import openai
 import pytest
 from structlog.testing import capture_logs
 
-from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
-from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc
-from swarmrl._proto.v1 import session_service_pb2 as s_pb
-from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc
+from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
+from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
+from swarmrl_proto.v1 import session_service_pb2 as s_pb
+from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
 from tests.helpers import assert_eventually
 from tests.http_support import WEATHER_TOOL, Ep, start_episode, stored_calls, tool_call_text
 

@@ -12,9 +12,9 @@ import grpc
 import httpx
 import pytest
 
-from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
-from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc
-from swarmrl._proto.v1 import types_pb2 as t_pb
+from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
+from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
+from swarmrl_proto.v1 import types_pb2 as t_pb
 from swarmrl_server import limits
 from tests.http_support import start_episode
 from tests.test_server_grpc import details
@@ -180,8 +180,8 @@ def test_memory_returns_to_baseline_after_oversized_requests(tiny_model_dir: Any
         async def run() -> tuple[int, int, int]:
             from google.protobuf import duration_pb2
 
-            from swarmrl._proto.v1 import session_service_pb2 as s_pb
-            from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc
+            from swarmrl_proto.v1 import session_service_pb2 as s_pb
+            from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
 
             async with grpc.aio.insecure_channel(server.target) as channel, \
                     httpx.AsyncClient(timeout=60) as client:

@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 import swarmrl
-from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
-from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc
+from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
+from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_server.store.sqlite import PAUSE_BETWEEN_MODEL_WRITES_ENV
 from tests.helpers import ServerProcess, wait_until
 

@@ -18,11 +18,11 @@ import grpc
 import openai
 import pytest
 
-from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
-from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc
-from swarmrl._proto.v1 import session_service_pb2 as s_pb
-from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc
-from swarmrl._proto.v1 import types_pb2 as t_pb
+from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
+from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
+from swarmrl_proto.v1 import session_service_pb2 as s_pb
+from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
+from swarmrl_proto.v1 import types_pb2 as t_pb
 
 ALICE_1, ALICE_2, BOB, ADMIN = "alice-key-1", "alice-key-2", "bob-key", "admin-key"
 

@@ -63,7 +63,7 @@ def _is_generated(part: Any) -> bool:
     # Our generated messages report their proto package as module ("swarmrl.v1.*_pb2").
     # google.protobuf's Message base (SwarmError.details holds google.rpc details) is fine.
     module = getattr(part, "__module__", "") or ""
-    ours = module.startswith("swarmrl") and ("_pb2" in module or "._proto" in module)
+    ours = module.startswith("swarmrl") and ("_pb2" in module or module.startswith("swarmrl_proto"))
     return ours or (isinstance(part, type) and issubclass(part, Message) and part is not Message)
 
 

@@ -12,13 +12,13 @@ from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from swarmrl._proto.v1 import admin_service_pb2 as admin_pb
-from swarmrl._proto.v1 import admin_service_pb2_grpc as admin_grpc
-from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
-from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc
-from swarmrl._proto.v1 import session_service_pb2 as s_pb
-from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc
-from swarmrl._proto.v1 import types_pb2 as t_pb
+from swarmrl_proto.v1 import admin_service_pb2 as admin_pb
+from swarmrl_proto.v1 import admin_service_pb2_grpc as admin_grpc
+from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
+from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
+from swarmrl_proto.v1 import session_service_pb2 as s_pb
+from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
+from swarmrl_proto.v1 import types_pb2 as t_pb
 from tests.helpers import assert_eventually
 
 

@@ -26,10 +26,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from swarmrl._proto.v1 import admin_service_pb2, session_service_pb2
-from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
-from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc
-from swarmrl._proto.v1 import types_pb2 as t_pb
+from swarmrl_proto.v1 import admin_service_pb2, session_service_pb2
+from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
+from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
+from swarmrl_proto.v1 import types_pb2 as t_pb
 from tests.helpers import REPO, ServerProcess, free_port, wait_until
 
 pytestmark = pytest.mark.slow

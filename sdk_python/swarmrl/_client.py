@@ -10,14 +10,14 @@ from swarmrl import _convert
 from swarmrl._compat import Self
 from swarmrl._config import ClientConfig
 from swarmrl._episode import AsyncEpisode, new_request_id
-from swarmrl._proto.v1 import admin_service_pb2 as admin_pb2
-from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
-from swarmrl._proto.v1 import session_service_pb2 as session_pb2
 from swarmrl._retry import retry_once_after
 from swarmrl._session import Session, is_session_lost
 from swarmrl._streams import AsyncEventStream
 from swarmrl._transport import Transport
 from swarmrl._types import ClientList, EpisodeInfo, ModelInfo, ServerStatus
+from swarmrl_proto.v1 import admin_service_pb2 as admin_pb2
+from swarmrl_proto.v1 import episode_service_pb2 as episode_pb2
+from swarmrl_proto.v1 import session_service_pb2 as session_pb2
 
 __all__ = ["AsyncSwarmClient"]
 

@@ -1,6 +1,6 @@
 """Translation between the SDK's public values and the wire messages.
 
-This is the only module besides the transport that touches `swarmrl._proto`; the
+This is the only module besides the transport that touches `swarmrl_proto`; the
 public types never carry a protobuf message.
 """
 
@@ -14,10 +14,6 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from swarmrl._errors import InvalidArgumentError
-from swarmrl._proto.v1 import admin_service_pb2 as admin_pb2
-from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
-from swarmrl._proto.v1 import session_service_pb2 as session_pb2
-from swarmrl._proto.v1 import types_pb2
 from swarmrl._sampling import SamplingParams
 from swarmrl._types import (
     AgentVersionInfo,
@@ -40,6 +36,10 @@ from swarmrl._types import (
     Tool,
     Usage,
 )
+from swarmrl_proto.v1 import admin_service_pb2 as admin_pb2
+from swarmrl_proto.v1 import episode_service_pb2 as episode_pb2
+from swarmrl_proto.v1 import session_service_pb2 as session_pb2
+from swarmrl_proto.v1 import types_pb2
 
 ROLES: dict[str, types_pb2.Role.ValueType] = {
     "system": types_pb2.ROLE_SYSTEM,

@@ -10,11 +10,11 @@ import structlog
 from swarmrl import _convert
 from swarmrl._compat import Unpack
 from swarmrl._errors import FailedPreconditionError, StreamInterruptedError, SwarmError
-from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
 from swarmrl._sampling import DEFAULT, SamplingOptions, SamplingParams
 from swarmrl._streams import AsyncCompletionStream, GenerateCall
 from swarmrl._transport import Transport
 from swarmrl._types import ChatMessage, Completion, EpisodeInfo, EpisodeState, ModelInfo, Tool
+from swarmrl_proto.v1 import episode_service_pb2 as episode_pb2
 
 __all__ = ["AsyncEpisode"]
 

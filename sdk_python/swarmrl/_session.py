@@ -12,8 +12,8 @@ import structlog
 from google.protobuf.duration_pb2 import Duration
 
 from swarmrl._errors import NotFoundError, SwarmError
-from swarmrl._proto.v1 import session_service_pb2 as session_pb2
 from swarmrl._transport import Transport
+from swarmrl_proto.v1 import session_service_pb2 as session_pb2
 
 _log = structlog.get_logger("swarmrl")
 

@@ -18,11 +18,11 @@ from types import TracebackType
 from swarmrl._compat import Self
 from swarmrl._convert import chunk_from_proto, completion_from_proto, event_from_proto
 from swarmrl._errors import StreamInterruptedError, SwarmError, UnavailableError, UnknownError
-from swarmrl._proto.v1 import episode_service_pb2 as episode_pb2
-from swarmrl._proto.v1 import session_service_pb2 as session_pb2
 from swarmrl._retry import Budget, call_with_retry
 from swarmrl._transport import Stream, Transport
 from swarmrl._types import Completion, Event, GenerationChunk
+from swarmrl_proto.v1 import episode_service_pb2 as episode_pb2
+from swarmrl_proto.v1 import session_service_pb2 as session_pb2
 
 __all__ = ["AsyncCompletionStream", "AsyncEventStream"]
 

@@ -19,10 +19,10 @@ import grpc.aio
 
 from swarmrl._config import ClientConfig, TLSConfig
 from swarmrl._errors import CancelledError, UnavailableError, from_grpc_error
-from swarmrl._proto.v1 import admin_service_pb2_grpc as admin_grpc
-from swarmrl._proto.v1 import episode_service_pb2_grpc as episode_grpc
-from swarmrl._proto.v1 import session_service_pb2_grpc as session_grpc
 from swarmrl._retry import Budget, RetryPolicy, call_with_retry
+from swarmrl_proto.v1 import admin_service_pb2_grpc as admin_grpc
+from swarmrl_proto.v1 import episode_service_pb2_grpc as episode_grpc
+from swarmrl_proto.v1 import session_service_pb2_grpc as session_grpc
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")

@@ -50,13 +50,13 @@ from google.protobuf.message import Message
 from swarmrl._compat import Self
 from swarmrl._convert import ROLE_NAMES
 from swarmrl._fake_rpc import _C, _Abort, _Ctx, _Fault, _invalid, _rewards_on, _streaming, _unary
-from swarmrl._proto.v1 import admin_service_pb2 as apb
-from swarmrl._proto.v1 import admin_service_pb2_grpc as admin_grpc
-from swarmrl._proto.v1 import episode_service_pb2 as epb
-from swarmrl._proto.v1 import episode_service_pb2_grpc as episode_grpc
-from swarmrl._proto.v1 import session_service_pb2 as spb
-from swarmrl._proto.v1 import session_service_pb2_grpc as session_grpc
-from swarmrl._proto.v1 import types_pb2
+from swarmrl_proto.v1 import admin_service_pb2 as apb
+from swarmrl_proto.v1 import admin_service_pb2_grpc as admin_grpc
+from swarmrl_proto.v1 import episode_service_pb2 as epb
+from swarmrl_proto.v1 import episode_service_pb2_grpc as episode_grpc
+from swarmrl_proto.v1 import session_service_pb2 as spb
+from swarmrl_proto.v1 import session_service_pb2_grpc as session_grpc
+from swarmrl_proto.v1 import types_pb2
 
 __all__ = ["EOS_TOKEN_ID", "FakeSwarmServer"]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from google.protobuf import timestamp_pb2
 
-from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
-from swarmrl._proto.v1 import types_pb2 as t_pb
+from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
+from swarmrl_proto.v1 import types_pb2 as t_pb
 from swarmrl_server.episodes.chat import Message, make_message
 from swarmrl_server.episodes.resolve import SamplingRequest
 from swarmrl_server.errors import invalid

@@ -8,7 +8,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from swarmrl._proto.v1 import (
+from swarmrl_proto.v1 import (
     admin_service_pb2,
     admin_service_pb2_grpc,
     episode_service_pb2,

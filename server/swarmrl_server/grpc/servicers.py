@@ -8,16 +8,16 @@ from typing import Any
 import grpc
 from google.protobuf import duration_pb2
 
-from swarmrl._proto.v1 import admin_service_pb2 as admin_pb
-from swarmrl._proto.v1 import admin_service_pb2_grpc as admin_grpc
-from swarmrl._proto.v1 import episode_service_pb2 as ep_pb
-from swarmrl._proto.v1 import episode_service_pb2_grpc as ep_grpc
-from swarmrl._proto.v1 import session_service_pb2 as s_pb
-from swarmrl._proto.v1 import session_service_pb2_grpc as s_grpc
-from swarmrl._proto.v1 import types_pb2 as t_pb
+from swarmrl_proto.v1 import admin_service_pb2 as admin_pb
+from swarmrl_proto.v1 import admin_service_pb2_grpc as admin_grpc
+from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
+from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
+from swarmrl_proto.v1 import session_service_pb2 as s_pb
+from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
+from swarmrl_proto.v1 import types_pb2 as t_pb
 from swarmrl_server.engine.base import GenerationChunk
-from swarmrl_server.episodes.coalesce import coalesced
 from swarmrl_server.episodes.calls import GenerationResult
+from swarmrl_server.episodes.coalesce import coalesced
 from swarmrl_server.errors import invalid
 from swarmrl_server.grpc import convert
 from swarmrl_server.grpc.auth import KeyRing

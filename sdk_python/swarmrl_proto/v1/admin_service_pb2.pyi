@@ -8,7 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
-from swarmrl._proto.v1 import types_pb2 as _types_pb2
+from swarmrl_proto.v1 import types_pb2 as _types_pb2
 import builtins as _builtins
 import sys
 import typing as _typing

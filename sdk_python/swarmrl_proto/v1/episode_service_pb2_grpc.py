@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from swarmrl._proto.v1 import episode_service_pb2 as swarmrl_dot_v1_dot_episode__service__pb2
+from swarmrl_proto.v1 import episode_service_pb2 as swarmrl_dot_v1_dot_episode__service__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

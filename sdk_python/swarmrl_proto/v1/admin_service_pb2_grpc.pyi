@@ -5,7 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from swarmrl._proto.v1 import admin_service_pb2 as _admin_service_pb2
+from swarmrl_proto.v1 import admin_service_pb2 as _admin_service_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

@@ -1,1 +1,0 @@
-"""Generated protobuf code (private; do not import)."""
