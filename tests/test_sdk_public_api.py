@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import importlib.resources
 import inspect
 import subprocess
@@ -154,3 +155,13 @@ def test_cli_serve_delegates_its_arguments(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setitem(sys.modules, "swarmrl_server.cli", fake_cli)
     assert _cli.main(["serve", "--model", "tiny", "--help"]) == 0
     assert seen == [["--model", "tiny", "--help"]]
+
+
+def test_server_commands_come_from_entry_points() -> None:
+    """The SDK names the server's commands, never its package: the distribution's entry
+    points (pyproject.toml) map each name to the server code that runs it."""
+    found = {ep.name: ep for ep in importlib.metadata.entry_points(group=_cli.COMMAND_GROUP)}
+    assert set(_cli._SERVER_COMMANDS) <= set(found), sorted(found)
+    for name in _cli._SERVER_COMMANDS:
+        assert found[name].module.startswith("swarmrl_server."), found[name]
+        assert callable(found[name].load()), name

@@ -4,10 +4,10 @@ and the observability commands ``top``, ``plot`` and ``view``."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 from swarmrl._config import DEFAULT_TARGET, ClientConfig
 from swarmrl._errors import PermissionDeniedError, SwarmError, UnimplementedError
@@ -80,8 +80,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``swarmrl`` console script; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] == "serve":
-        return _serve(args[1:])
     if args and args[0] == "run":
         from swarmrl._run import main as run_main
 
@@ -91,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return top_main(args[1:])
     if args and args[0] in _SERVER_COMMANDS:
-        return _server_command(_SERVER_COMMANDS[args[0]], args[1:])
+        return _server_command(args[0], args[1:])
     parsed = _parser().parse_args(args)
     if parsed.command == "status":
         return _status(parsed.target, parsed.api_key, parsed.tls, parsed.wait)
@@ -99,22 +97,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-_SERVER_COMMANDS = {"plot": "swarmrl_server.plots", "view": "swarmrl_server.viewer.cli"}
-"""Commands that run server code (matplotlib, the store, tokenizers): imported lazily."""
+COMMAND_GROUP = "swarmrl.commands"
+"""Entry-point group of the commands that run server code (the server, matplotlib, the
+store, tokenizers). The server's distribution registers them (pyproject.toml), so the SDK
+neither imports nor names the server package: it only knows the commands' names."""
+
+_SERVER_COMMANDS = ("serve", "plot", "view")
 
 
-def _serve(argv: list[str]) -> int:
-    return _server_command("swarmrl_server.cli", argv)
-
-
-def _server_command(module: str, argv: list[str]) -> int:
+def _server_command(name: str, argv: list[str]) -> int:
+    found = metadata.entry_points(group=COMMAND_GROUP, name=name)
     try:
-        # Imported by name so the SDK neither needs nor type-checks the server package.
-        server_cli = importlib.import_module(module)
-    except ImportError as err:
-        print(f"swarmrl: {_SERVER_MISSING} ({err})", file=sys.stderr)
+        # An SDK-only install has the entry point but not the server's dependencies.
+        # Loaded only when the command runs: `swarmrl status` never pays for torch.
+        command = next(iter(found)).load()
+    except (StopIteration, ImportError) as err:
+        detail = f" ({err})" if isinstance(err, ImportError) else ""
+        print(f"swarmrl: {_SERVER_MISSING}{detail}", file=sys.stderr)
         return 2
-    result = server_cli.main(argv)
+    result = command(argv)
     return result if isinstance(result, int) else 0
 
 
