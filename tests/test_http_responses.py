@@ -157,6 +157,50 @@ async def test_logprobs_are_included_on_request(http_server: Any) -> None:
     assert all(len(e.top_logprobs) == 2 for e in logprobs)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_cut_off_response_is_incomplete(scripted_server: Any, stream: bool) -> None:
+    ep = await start_episode(scripted_server)
+    scripted_server.script.replies = ["one two three four five six seven eight"]
+    kw: dict[str, Any] = dict(model="tiny", input="Count.", max_output_tokens=3)
+    client = aclient(ep)
+    r = await streamed(client, **kw) if stream else await client.responses.create(**kw)
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.output[0].status == "incomplete" and r.usage.output_tokens == 3
+
+
+def test_input_items_become_chat_messages() -> None:
+    from swarmrl_server.http.responses.items import to_messages
+    from swarmrl_server.http.responses.protocol import ResponsesRequest
+
+    items = [
+        {"role": "developer", "content": "Be brief."},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"},
+                                                         {"type": "input_text", "text": "b"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+         "content": [{"type": "output_text", "text": "Checking.", "annotations": []}]},
+        {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "call_2", "name": "g", "arguments": '{"x": 1}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "one"},
+        {"type": "function_call_output", "call_id": "call_2",
+         "output": [{"type": "input_text", "text": "two"}]},
+        {"type": "function_call", "call_id": "call_3", "name": "f", "arguments": "{}"},
+    ]
+    req = ResponsesRequest.model_validate({"model": "tiny", "input": items})
+    assert to_messages(req.input) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "ab"},
+        {"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "call_2", "type": "function", "function": {"name": "g",
+                                                              "arguments": '{"x": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "one"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "two"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_3", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+    ]
+
+
 # -- tools ----------------------------------------------------------------------------
 
 
