@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import random
 import statistics
 import sys
@@ -32,7 +33,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from swarmrl_server.config import ModelSpec, ServerConfig  # noqa: E402
 from swarmrl_server.engine.base import GenerationOutput, SamplingParams  # noqa: E402
 from swarmrl_server.models import resolve_model  # noqa: E402
 
@@ -53,12 +53,13 @@ async def _episode(router: Any, key: str, tokens: int, rng: random.Random) -> in
 
 
 async def replicas_run(path: Path, n: int, args: argparse.Namespace) -> dict[str, float]:
-    from swarmrl_server.scale.ray_placement import start_replicas
+    from swarmrl_server.engine.registry import EngineOptions, Resources, engine_kind
+    from swarmrl_server.scale.replicas import start_replicas
 
-    spec = ModelSpec("bench", str(path), "hf")
-    config = ServerConfig(models=(spec,), torch_threads=1, max_batch_size=32)
-    router = start_replicas(spec, path, config, n, cpus=args.replica_cpus,
-                            gpus=args.replica_gpus)
+    kind = dataclasses.replace(
+        engine_kind("hf"), resources=Resources(cpus=args.replica_cpus, gpus=args.replica_gpus))
+    options = EngineOptions(name="bench", path=path, max_batch_size=32)
+    router = start_replicas(kind, options, n, torch_threads=1)
     await router.start()
     try:
         rng = random.Random(0)

@@ -38,7 +38,7 @@ async def test_ray_replicas_and_fsdp2_workers_train(
     ray = pytest.importorskip("ray")
     from swarmrl_server.app import start_server
     from swarmrl_server.config import ModelSpec, ServerConfig
-    from swarmrl_server.scale.ray_placement import RayReplica
+    from swarmrl_server.scale.replicas import RayReplica
     from swarmrl_server.scale.router import Router
 
     config = ServerConfig(
@@ -71,8 +71,10 @@ async def test_ray_replicas_and_fsdp2_workers_train(
                 ended.append(ep.id)
 
         async def served_versions() -> list[int]:
+            """The versions the replicas' engines themselves report (in their actors)."""
             reps = [r for r in router.replicas if isinstance(r, RayReplica)]
-            return list(await asyncio.gather(*(r.served_version() for r in reps)))
+            infos = await asyncio.gather(*(r.actor.info.remote() for r in reps))
+            return [int(info["policy_version"]) for info in infos]
 
         with structlog.testing.capture_logs() as logs:
             async with swarmrl.AsyncSwarmClient(running.grpc_target) as client:

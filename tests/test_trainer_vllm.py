@@ -120,7 +120,8 @@ async def test_calls_in_flight_finish_on_the_old_version(
         first = await anext(long)
         assert isinstance(first, GenerationChunk)
         sync = asyncio.create_task(engine.update_weights(state, 7))
-        await assert_eventually(lambda: _check(engine.syncing), timeout=60)  # weights written
+        # The sync holds new calls from the moment its weights are written.
+        await assert_eventually(lambda: _check((engine.weights_dir / "v7").is_dir()), timeout=60)
         await asyncio.sleep(0.3)
         assert not sync.done()  # waiting for the call in flight (we hold its stream)
         late = asyncio.create_task(run(engine, SamplingParams(temperature=0, max_tokens=4)))

@@ -5,21 +5,17 @@ from __future__ import annotations
 import asyncio
 import signal
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import structlog
 import torch
 
-from swarmrl_server.config import ModelSpec, ServerConfig, default_torch_threads
-from swarmrl_server.engine.base import Engine
-from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.config import ServerConfig, default_torch_threads
 from swarmrl_server.episodes.resolve import GenerationPolicy
 from swarmrl_server.grpc.auth import KeyRing
 from swarmrl_server.grpc.server import SwarmGrpcServer, create_server
-from swarmrl_server.hosting import ModelHost
+from swarmrl_server.hosting import ModelHost, load_hosts
 from swarmrl_server.http.app import HttpServer, build_app
-from swarmrl_server.models import resolve_model
 from swarmrl_server.swarm import Swarm
 
 log = structlog.get_logger("swarmrl.app")
@@ -29,33 +25,10 @@ def torch_threads(config: ServerConfig) -> int:
     return config.torch_threads or default_torch_threads()
 
 
-def build_engine(spec: ModelSpec, path: Path, config: ServerConfig) -> Engine:
-    """The engine `spec` names (see `--engine`), loading nothing it does not need."""
-    if spec.engine == "echo":
-        from swarmrl_server.engine.echo import EchoEngine
-
-        return EchoEngine.from_pretrained(spec.name, path)
-    if spec.engine == "vllm":
-        from swarmrl_server.engine.vllm import VLLMEngine
-
-        return VLLMEngine.from_config(spec, path, config)
-    return HFEngine.from_pretrained(spec.name, path, max_batch_size=config.max_batch_size)
-
-
-def load_hosts(config: ServerConfig) -> dict[str, ModelHost]:
-    hosts: dict[str, ModelHost] = {}
-    for spec in config.models:
-        if spec.name in hosts:
-            raise ValueError(f"two models are named {spec.name!r}")
-        path = resolve_model(spec.source, config.cache_dir)
-        engine = build_engine(spec, path, config)
-        hosts[spec.name] = ModelHost(spec.name, engine, spec.source, path, trainable=config.train)
-    return hosts
-
-
 def ray_hosts(config: ServerConfig) -> dict[str, ModelHost]:
     """Engines as Ray actors behind a router (`swarmrl serve --ray`)."""
-    from swarmrl_server.scale.ray_placement import init_ray, load_ray_hosts
+    from swarmrl_server.scale.ray_placement import init_ray
+    from swarmrl_server.scale.replicas import RayPlacement
     from swarmrl_server.trainer.config import TrainerConfig
     from swarmrl_server.trainer.setup import options_per_model
 
@@ -66,7 +39,7 @@ def ray_hosts(config: ServerConfig) -> dict[str, ModelHost]:
             t = TrainerConfig.from_options(options)
             need += t.workers * t.worker_cpus if t.workers > 1 else 0
     init_ray(config.ray_address, logical_cpus=need)
-    return load_ray_hosts(config)
+    return load_hosts(config, RayPlacement(config.replicas, max(1, config.torch_threads or 1)))
 
 
 @dataclass

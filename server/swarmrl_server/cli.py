@@ -7,7 +7,8 @@ import asyncio
 import os
 from pathlib import Path
 
-from swarmrl_server.config import ENGINES, ModelSpec, ServerConfig, with_engines
+from swarmrl_server.config import ModelSpec, ServerConfig, with_engines
+from swarmrl_server.engine.registry import engine_kind, engine_names
 
 EPILOG = """\
 examples:
@@ -37,9 +38,9 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
                    help="model to host: tiny, tiny:SEED, smollm2 or a directory, optionally "
                         "with its engine (repeatable; the first is the default)")
     p.add_argument("--cache-dir", type=Path, help="where built models are cached")
-    p.add_argument("--engine", choices=ENGINES, default="hf",
-                   help="engine for models whose spec names none (SOURCE@ENGINE): hf "
-                        "(transformers, default), vllm (vLLM servers) or echo (no model)")
+    p.add_argument("--engine", choices=engine_names(), default="hf",
+                   help="engine for models whose spec names none (SOURCE@ENGINE): "
+                        + ", ".join(f"{n} ({engine_kind(n).summary})" for n in engine_names()))
     p.add_argument("--engine-url", action="append", default=[], metavar="[NAME=]URL",
                    help="attach the vllm model NAME (default: the first vllm model) to a "
                         "running vLLM server instead of launching one (repeatable)")

@@ -6,15 +6,12 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from swarmrl_server.engine.registry import engine_kind, engine_names
+
 
 def default_torch_threads() -> int:
     """Half the CPU cores, at least 1: see `ServerConfig.torch_threads`."""
     return max(1, (os.cpu_count() or 2) // 2)
-
-
-ENGINES = ("hf", "vllm", "echo")
-"""Engines a model can be served by: transformers in process, vLLM servers, or the echo
-stand-in for load tests (see swarmrl_server.engine)."""
 
 
 @dataclass(frozen=True)
@@ -26,16 +23,18 @@ class ModelSpec:
     source: str
     """"tiny", "tiny:SEED", "smollm2" or a directory with HF weights."""
     engine: str | None = None
-    """"hf", "vllm" or "echo"; None takes the server's default (`--engine`)."""
+    """A registered engine ("hf", "vllm", "echo": `engine.registry`); None takes the
+    server's default (`--engine`)."""
     urls: tuple[str, ...] = ()
-    """vLLM servers to attach to (engine "vllm"); empty: swarmrl launches its own."""
+    """Servers to attach to (an engine that attaches, e.g. "vllm"); empty: swarmrl
+    launches its own."""
 
     @classmethod
     def parse(cls, text: str) -> ModelSpec:
         """"[NAME=]SOURCE[@ENGINE]": named after SOURCE when NAME is left out."""
         engine = None
         head, at, tail = text.rpartition("@")
-        if at and tail in ENGINES:
+        if at and tail in engine_names():
             text, engine = head, tail
         name, sep, source = text.partition("=")
         if not sep:
@@ -50,21 +49,27 @@ def with_engines(
     specs: tuple[ModelSpec, ...], default: str = "hf", urls: list[str] | tuple[str, ...] = ()
 ) -> tuple[ModelSpec, ...]:
     """Gives every spec an engine (its own, else `default`) and hands out `--engine-url`s:
-    "NAME=URL" goes to model NAME, a bare URL to the first vllm model."""
-    if default not in ENGINES:
-        raise ValueError(f"engine {default!r}: expected one of {', '.join(ENGINES)}")
+    "NAME=URL" goes to model NAME, a bare URL to the first model whose engine attaches."""
+    engine_kind(default)  # ValueError naming the known engines
     specs = tuple(replace(s, engine=s.engine or default) for s in specs)
     by_name: dict[str, list[str]] = {s.name: list(s.urls) for s in specs}
-    first_vllm = next((s.name for s in specs if s.engine == "vllm"), None)
+    attaches = {s.name for s in specs if engine_kind(s.engine or default).attaches}
+    first_attaching = next((s.name for s in specs if s.name in attaches), None)
     for item in urls:
         name, sep, url = item.partition("=")
         if not sep or "://" in name:
-            name, url = first_vllm or "", item
+            name, url = first_attaching or "", item
         if name not in by_name:
-            raise ValueError(f"--engine-url {item!r}: no vllm model {name or ''} to attach it to")
+            raise ValueError(
+                f"--engine-url {item!r}: no model {name + ' ' if name else ''}whose engine "
+                "attaches to servers"
+            )
         spec = next(s for s in specs if s.name == name)
-        if spec.engine != "vllm":
-            raise ValueError(f"--engine-url {item!r}: model {name!r} runs on {spec.engine}, not vllm")
+        if spec.name not in attaches:
+            raise ValueError(
+                f"--engine-url {item!r}: model {name!r} runs on {spec.engine}, which does not "
+                "attach to servers"
+            )
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"--engine-url {item!r}: expected an http(s):// URL")
         by_name[name].append(url.rstrip("/"))

@@ -38,12 +38,12 @@ import torch
 
 from swarmrl_server.engine.base import (
     Engine,
-    FinishReason,
     GenerationChunk,
     GenerationOutput,
     SamplingParams,
 )
 from swarmrl_server.engine.grammar import GrammarCompiler
+from swarmrl_server.engine.hf_rows import Row, emit, join_chunks, sample_step
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, SwarmError, invalid, unavailable
 from swarmrl_server.limits import check_prompt_ids, check_sampling
@@ -68,46 +68,6 @@ class EngineStats:
     """Rows in the wave running now."""
     waiting: int
     """Requests waiting for the next wave."""
-
-
-@dataclass(eq=False)
-class _Request:
-    """One call, from submission until its GenerationOutput is sent."""
-
-    prompt_ids: list[int]
-    params: SamplingParams
-    stop_ids: frozenset[int]
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[GenerationChunk | GenerationOutput | BaseException]
-    stream: TextStream
-    generator: torch.Generator | None
-    matcher: Any = None
-    """xgrammar matcher when the call is constrained (see engine.grammar)."""
-    cancelled: bool = False
-    """Set on the event loop when the caller closes the iterator; the scheduler drops the row."""
-    completion_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
-
-    def send(self, item: GenerationChunk | GenerationOutput | BaseException) -> None:
-        """Hands an item to the caller's event loop (called from the scheduler thread)."""
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:  # the caller's loop is closed: nobody is listening
-            self.cancelled = True
-
-    def finish(self, reason: FinishReason, policy_version: int) -> None:
-        self.send(
-            GenerationOutput(
-                prompt_ids=self.prompt_ids,
-                completion_ids=self.completion_ids,
-                logprobs=self.logprobs,
-                text=self.stream.text,
-                finish_reason=reason,
-                policy_version=policy_version,
-                top_logprobs=self.top_logprobs,
-            )
-        )
 
 
 @dataclass(eq=False)
@@ -150,7 +110,7 @@ class HFEngine(Engine):
 
         self._policy_version = 0
         self._cond = threading.Condition()  # guards the fields below
-        self._waiting: collections.deque[_Request] = collections.deque()
+        self._waiting: collections.deque[Row] = collections.deque()
         self._updates: list[_WeightUpdate] = []
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -247,7 +207,7 @@ class HFEngine(Engine):
                     if not isinstance(nxt, GenerationChunk):
                         pending.append(nxt)
                         break
-                    item = _join_chunks(item, nxt)
+                    item = join_chunks(item, nxt)
                 if isinstance(item, BaseException):
                     raise item
                 yield item  # type: ignore[misc]
@@ -258,7 +218,7 @@ class HFEngine(Engine):
 
     # ---- validation -------------------------------------------------------------
 
-    def _new_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> _Request:
+    def _new_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> Row:
         prompt = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
         check_sampling(params, self.vocab_size)
         matcher = None
@@ -272,7 +232,7 @@ class HFEngine(Engine):
             # what else is in the batch; a seeded row is thus reproducible.
             seed = params.seed if params.seed is not None else secrets.randbits(63)
             generator = torch.Generator().manual_seed(seed)
-        return _Request(
+        return Row(
             prompt_ids=prompt,
             params=params,
             stop_ids=frozenset(params.stop_token_ids) | frozenset(self.eos_token_ids),
@@ -340,7 +300,7 @@ class HFEngine(Engine):
         else:
             update.done.set_result(None)
 
-    def _run_wave(self, wave: list[_Request]) -> None:
+    def _run_wave(self, wave: list[Row]) -> None:
         rows = [r for r in wave if not r.cancelled]
         if not rows:
             return
@@ -364,7 +324,7 @@ class HFEngine(Engine):
                 self._active = 0
 
     @torch.inference_mode()
-    def _decode_wave(self, rows: list[_Request], version: int) -> None:
+    def _decode_wave(self, rows: list[Row], version: int) -> None:
         """Prefill + decode loop for one wave; every row ends with a GenerationOutput."""
         from transformers import DynamicCache
 
@@ -418,88 +378,15 @@ class HFEngine(Engine):
                 self._steps += 1
 
     def _sample_and_emit(
-        self, rows: list[_Request], logits_B_V: torch.Tensor, version: int
+        self, rows: list[Row], logits_B_V: torch.Tensor, version: int
     ) -> torch.Tensor:
         """Samples one token per row, streams it, and marks finished rows `cancelled`.
 
         Returns the sampled ids (B,) for the next forward pass.
         """
-        matchers = [r.matcher for r in rows]
-        if self._grammar is not None and any(m is not None for m in matchers):
-            # Masked before the softmax: sampled from, and logprobs of, the renormalised
-            # distribution over what the grammar allows (engine.grammar).
-            self._grammar.mask_(matchers, logits_B_V)
-        temps_B = torch.tensor([r.params.temperature or 1.0 for r in rows])
-        logprobs_B_V = torch.log_softmax(logits_B_V / temps_B[:, None], dim=-1)
-        tokens: list[int] = []
-        for i, r in enumerate(rows):
-            if r.generator is None:  # greedy
-                tokens.append(int(logprobs_B_V[i].argmax()))
-                continue
-            probs_V = logprobs_B_V[i].exp()
-            if r.params.top_p < 1.0:
-                probs_V = _top_p(probs_V, r.params.top_p)
-            tokens.append(int(torch.multinomial(probs_V, 1, generator=r.generator)))
-        tokens_B = torch.tensor(tokens)
-        for m, token in zip(matchers, tokens):
-            if m is not None and not m.is_terminated():
-                m.accept_token(token)
-        token_lps = logprobs_B_V.gather(1, tokens_B[:, None])[:, 0].tolist()
-        k_max = max(r.params.top_logprobs for r in rows)
-        top_ids: list[list[int]] = []
-        top_lps: list[list[float]] = []
-        if k_max:
-            top_B_K = logprobs_B_V.topk(k_max, dim=-1)
-            top_ids, top_lps = top_B_K.indices.tolist(), top_B_K.values.tolist()
+        step = sample_step(rows, logits_B_V, self._grammar)
         with self._cond:  # counted before the tokens reach callers, who may read stats
             self._tokens += len(rows)
         for i, r in enumerate(rows):
-            tops = (
-                list(zip(top_ids[i][: r.params.top_logprobs], top_lps[i][: r.params.top_logprobs]))
-                if r.params.top_logprobs
-                else []
-            )
-            self._emit(r, tokens[i], token_lps[i], tops, version)
-        return tokens_B
-
-    def _emit(
-        self, r: _Request, token: int, logprob: float, tops: list[tuple[int, float]], version: int
-    ) -> None:
-        """Records a token for `r`, streams its chunk, and finishes the call if it ended."""
-        r.completion_ids.append(token)
-        r.logprobs.append(logprob)
-        if r.params.top_logprobs:
-            r.top_logprobs.append(tops)
-        n = len(r.completion_ids)
-        at_limit = n >= r.params.max_tokens or len(r.prompt_ids) + n >= self.max_model_len
-        reason: FinishReason | None = None
-        if token in r.stop_ids:
-            text = r.stream.push(None, final=True)  # the stop token adds no text
-            reason = "stop"
-        else:
-            text = r.stream.push(token, final=at_limit)
-            if r.stream.stopped:
-                reason = "stop"
-            elif at_limit:
-                reason = "length"
-        r.send(GenerationChunk([token], [logprob], text, [tops] if r.params.top_logprobs else []))
-        if reason is not None:
-            r.finish(reason, version)
-            r.cancelled = True  # done: the row leaves the batch
-
-
-def _top_p(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zeroes the tail outside the smallest set of tokens with mass >= top_p."""
-    sorted_V, order_V = probs_V.sort(descending=True)
-    outside_V = (sorted_V.cumsum(0) - sorted_V) >= top_p  # the top token always stays
-    sorted_V = sorted_V.masked_fill(outside_V, 0.0)
-    return torch.zeros_like(probs_V).scatter_(0, order_V, sorted_V)
-
-
-def _join_chunks(a: GenerationChunk, b: GenerationChunk) -> GenerationChunk:
-    return GenerationChunk(
-        token_ids=a.token_ids + b.token_ids,
-        logprobs=a.logprobs + b.logprobs,
-        text=a.text + b.text,
-        top_logprobs=a.top_logprobs + b.top_logprobs,
-    )
+            emit(r, step.tokens[i], step.logprobs[i], step.tops[i], version, self.max_model_len)
+        return step.tokens_B

@@ -72,7 +72,7 @@ from swarmrl_server.errors import Reason, invalid, unavailable
 from swarmrl_server.limits import check_prompt_ids, check_sampling
 
 if TYPE_CHECKING:
-    from swarmrl_server.config import ModelSpec, ServerConfig
+    from swarmrl_server.engine.registry import EngineOptions
 
 # httpx logs every request at INFO: one line per generation would drown the server's log.
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -144,24 +144,17 @@ class VLLMEngine(Engine):
         """Seconds the last `update_weights` took (write + reload on every server)."""
 
     @classmethod
-    def from_config(cls, spec: ModelSpec, path: Path, config: ServerConfig) -> VLLMEngine:
-        """As `swarmrl serve --engine vllm` builds it: logs and weights in the data dir."""
-        work = (config.data_dir or config.cache_dir or Path.cwd() / "runs") / "vllm"
-        return cls(
-            spec.name, path, urls=spec.urls, python=config.vllm_python, log_dir=work,
-            trainable=config.train,
-        )
+    def from_options(cls, o: EngineOptions) -> VLLMEngine:
+        """As `swarmrl serve --engine vllm` builds it: logs and weights under `o.work_dir`."""
+        work = (o.work_dir or Path.cwd() / "runs") / "vllm"
+        return cls(o.name, o.path, urls=o.urls, python=o.vllm_python, log_dir=work,
+                   trainable=o.trainable)
 
     # ---- lifecycle --------------------------------------------------------------
 
     @property
     def policy_version(self) -> int:
         return self._policy_version
-
-    @property
-    def syncing(self) -> bool:
-        """True while a weight sync holds new calls back (they start on the new weights)."""
-        return not self._open.is_set()
 
     async def start(self) -> None:
         if self._started:
