@@ -12,7 +12,6 @@ must not block the asyncio loop that serves gRPC.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import concurrent.futures
 import json
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState, SessionRecord
+from swarmrl_server.store.rows import INSERT_CALL, call_from_row, call_row, episode_from_row
 from swarmrl_server.store.schema import prepare
 
 T = TypeVar("T")
@@ -39,40 +39,6 @@ def _pause_between_model_writes() -> None:
     if marker:
         Path(marker).touch()
         time.sleep(60.0)
-
-
-def _ids_to_blob(ids: Iterable[int]) -> bytes:
-    return array.array("I", ids).tobytes()
-
-
-def _blob_to_ids(blob: bytes) -> list[int]:
-    out = array.array("I")
-    out.frombytes(blob)
-    return out.tolist()
-
-
-def _floats_to_blob(values: Iterable[float]) -> bytes:
-    return array.array("f", values).tobytes()
-
-
-def _blob_to_floats(blob: bytes) -> list[float]:
-    out = array.array("f")
-    out.frombytes(blob)
-    return out.tolist()
-
-
-_INSERT_CALL = "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-
-
-def _call_row(call: CallRecord) -> tuple[Any, ...]:
-    return (
-        call.call_id, call.episode_id, call.seq, call.model,
-        _ids_to_blob(call.prompt_ids), _ids_to_blob(call.completion_ids),
-        _floats_to_blob(call.logprobs), call.policy_version, call.finish_reason,
-        call.temperature, call.text, call.request_id, call.parent_call_id,
-        call.reward, call.created_at, call.chat_json, int(call.constrained),
-        json.dumps(call.top_logprobs) if call.top_logprobs else "",
-    )
 
 
 class SqliteStore:
@@ -197,13 +163,13 @@ class SqliteStore:
             calls = [call for call, _ in batch]
             try:
                 await self._run(
-                    self._tx, lambda c, calls=calls: c.executemany(_INSERT_CALL, map(_call_row, calls))
+                    self._tx, lambda c, calls=calls: c.executemany(INSERT_CALL, map(call_row, calls))
                 )
             except Exception:  # noqa: BLE001 - isolate the failing row(s)
                 for call, future in batch:
                     try:
                         await self._run(
-                            self._tx, lambda c, call=call: c.execute(_INSERT_CALL, _call_row(call))
+                            self._tx, lambda c, call=call: c.execute(INSERT_CALL, call_row(call))
                         )
                     except Exception as exc:  # noqa: BLE001 - handed to that caller
                         if not future.done():
@@ -461,22 +427,12 @@ class SqliteStore:
         return await self._run(_counts)
 
     def _episode_from_row(self, row: tuple[Any, ...], with_calls: bool) -> EpisodeRecord:
-        (episode_id, session_id, task_id, group_id, agent_version, models, labels, state,
-         start_time, start_request_id, end_request_id, reward, end_time,
-         abort_reason, owner) = row
+        episode_id = row[0]
         calls = self._calls(episode_id) if with_calls else []
         num_calls = len(calls) if with_calls else self.conn.execute(
             "SELECT COUNT(*) FROM calls WHERE episode_id=?", (episode_id,)
         ).fetchone()[0]
-        return EpisodeRecord(
-            episode_id=episode_id, session_id=session_id, task_id=task_id, group_id=group_id,
-            agent_version=agent_version, models=json.loads(models), labels=json.loads(labels),
-            state=EpisodeState(state), start_time=start_time,
-            start_request_id=start_request_id, end_request_id=end_request_id, reward=reward,
-            end_time=end_time, abort_reason=abort_reason, num_calls=num_calls, calls=calls,
-            owner=owner,
-            model_rewards=self._model_rewards(episode_id),
-        )
+        return episode_from_row(row, calls, num_calls, self._model_rewards(episode_id))
 
     def _model_rewards(self, episode_id: str) -> dict[str, float]:
         rows = self.conn.execute(
@@ -489,18 +445,7 @@ class SqliteStore:
         rows = self.conn.execute(
             "SELECT * FROM calls WHERE episode_id=? ORDER BY seq", (episode_id,)
         ).fetchall()
-        return [
-            CallRecord(
-                call_id=r[0], episode_id=r[1], seq=r[2], model=r[3],
-                prompt_ids=_blob_to_ids(r[4]), completion_ids=_blob_to_ids(r[5]),
-                logprobs=_blob_to_floats(r[6]), policy_version=r[7], finish_reason=r[8],
-                temperature=r[9], text=r[10], request_id=r[11], parent_call_id=r[12],
-                reward=r[13], created_at=r[14], chat_json=r[15], constrained=bool(r[16]),
-                top_logprobs=[[(int(t), float(lp)) for t, lp in alts]
-                              for alts in json.loads(r[17])] if r[17] else [],
-            )
-            for r in rows
-        ]
+        return [call_from_row(r) for r in rows]
 
     # -- events ------------------------------------------------------------------
 
