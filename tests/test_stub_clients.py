@@ -86,7 +86,7 @@ def build_java(out: Path) -> list[str]:
          "javac and Debian's grpc-java")
     classpath = subprocess.run([str(REPO / "sdk_stubs/java/classpath.sh")], capture_output=True,
                                text=True, check=True).stdout.strip()
-    sources = sorted(str(p) for p in (REPO / "sdk_stubs/java/src/main/java").rglob("*.java"))
+    sources = sorted(str(p) for p in (REPO / "sdk_stubs/java/gen").rglob("*.java"))
     run(["javac", "-Xlint:all", "-Xlint:-processing", "-Werror", "-d", str(out), "-cp", classpath,
          *sources, str(REPO / "examples/clients/java/Episodes.java")])
     run([str(REPO / "sdk_stubs/java/tls-native.sh"), str(out / "jni")])  # TLS via OpenSSL

@@ -3,7 +3,7 @@
 # stubs with Debian's grpc-java 1.41 jars (scripts/install_stub_toolchains.sh
 # installs them):
 #   CP=$(sdk_stubs/java/classpath.sh)
-#   javac -d build -cp "$CP" $(find sdk_stubs/java/src/main/java MyAgent.java -name '*.java')
+#   javac -d build -cp "$CP" $(find sdk_stubs/java/gen MyAgent.java -name '*.java')
 #   java -cp "build:$CP" MyAgent
 # For TLS, see tls-native.sh.
 JARS="grpc-api grpc-context grpc-core grpc-netty grpc-protobuf grpc-protobuf-lite grpc-stub

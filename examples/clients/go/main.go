@@ -20,7 +20,7 @@ import (
 	"os"
 	"strings"
 
-	pb "github.com/swarmrl/swarmrl/sdk_stubs/go/swarmrl/v1"
+	pb "github.com/swarmrl/swarmrl/sdk_stubs/go/gen/swarmrl/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
