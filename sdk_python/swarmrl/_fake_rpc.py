@@ -3,6 +3,7 @@ injected faults. Private; kept apart so the fake's services read on their own.""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
@@ -14,6 +15,8 @@ import grpc.aio
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
+
+from swarmrl_proto.v1 import session_service_pb2 as spb
 
 _Ctx = grpc.aio.ServicerContext[Any, Any]
 _C = grpc.StatusCode
@@ -126,3 +129,56 @@ class _Fault:
     after_messages: int
     reason: str
     retry_delay: float | None
+
+
+_M = TypeVar("_M", bound=Message)
+
+
+class _Answers:
+    """The first answer to each (method, request_id): the protos' idempotency rule."""
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[str, str], Message] = {}
+
+    def replay(self, method: str, request_id: str, kind: type[_M]) -> _M | None:
+        """The answer given before to this request_id, if any."""
+        answer = self._answers.get((method, request_id)) if request_id else None
+        return answer if isinstance(answer, kind) else None
+
+    def remember(self, method: str, request_id: str, response: _M) -> _M:
+        if request_id:
+            self._answers[(method, request_id)] = response
+        return response
+
+
+class _EventLog:
+    """WatchEvents' log: sequence n at index n - 1; published from any thread."""
+
+    def __init__(self) -> None:
+        self.events: list[spb.WatchEventsResponse] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The serving loop, which watchers wait on (set when the server starts)."""
+        self._new_event = asyncio.Event()
+
+    @property
+    def last_sequence(self) -> int:
+        return len(self.events)
+
+    def publish(self, event: spb.WatchEventsResponse) -> None:
+        event.sequence = len(self.events) + 1
+        self.events.append(event)
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._wake_watchers)
+
+    def _wake_watchers(self) -> None:
+        self._new_event.set()
+        self._new_event = asyncio.Event()
+
+    async def after(self, sequence: int) -> AsyncIterator[spb.WatchEventsResponse]:
+        """Every event after `sequence`, then each new one as it is published (forever)."""
+        while True:
+            wake = self._new_event  # taken before the scan, so no event slips between
+            for event in self.events[sequence:]:
+                yield event
+                sequence = event.sequence
+            await wake.wait()

@@ -32,24 +32,32 @@ the per-episode OpenAI URL is not served.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import collections
 import contextlib
-import json
 import math
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
+from swarmrl import _fake_model as toy
 from swarmrl._compat import Self
-from swarmrl._convert import ROLE_NAMES
-from swarmrl._fake_rpc import _C, _Abort, _Ctx, _Fault, _invalid, _rewards_on, _streaming, _unary
+from swarmrl._fake_rpc import (
+    _C,
+    _Abort,
+    _Answers,
+    _Ctx,
+    _EventLog,
+    _Fault,
+    _invalid,
+    _rewards_on,
+    _streaming,
+    _unary,
+)
 from swarmrl_proto.v1 import admin_service_pb2 as apb
 from swarmrl_proto.v1 import admin_service_pb2_grpc as admin_grpc
 from swarmrl_proto.v1 import episode_service_pb2 as epb
@@ -60,11 +68,10 @@ from swarmrl_proto.v1 import types_pb2
 
 __all__ = ["EOS_TOKEN_ID", "FakeSwarmServer"]
 
-EOS_TOKEN_ID = 256
+EOS_TOKEN_ID = toy.EOS_TOKEN_ID
 """The fake model's end-of-turn token; ids below it are UTF-8 bytes."""
-_VOCAB = EOS_TOKEN_ID + 1
+
 _OPEN = types_pb2.EPISODE_STATE_OPEN
-_M = TypeVar("_M", bound=Message)
 
 
 @dataclass
@@ -112,14 +119,12 @@ class FakeSwarmServer(
         self._versions = {name: 0 for name in models}
         self._sessions: dict[str, str] = {}
         self._episodes: dict[str, _Episode] = {}
-        self._answers: dict[tuple[str, str], Message] = {}  # (method, request_id) -> response
+        self._answers = _Answers()
         self._faults: dict[str, list[_Fault]] = collections.defaultdict(list)
-        self._events: list[spb.WatchEventsResponse] = []
-        self._new_event = asyncio.Event()
+        self._events = _EventLog()
         self._pause: tuple[str, float] | None = None
         self._ended = self._aborted = 0
         self._server: grpc.aio.Server | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -130,7 +135,7 @@ class FakeSwarmServer(
 
     async def start(self) -> None:
         """Binds the port and starts serving."""
-        self._loop = asyncio.get_running_loop()
+        self._events.loop = asyncio.get_running_loop()
         self._server = grpc.aio.server()
         session_grpc.add_SessionServiceServicer_to_server(self, self._server)
         episode_grpc.add_EpisodeServiceServicer_to_server(self, self._server)
@@ -207,14 +212,7 @@ class FakeSwarmServer(
         self._faults[method].append(_Fault(code, times, after_messages, reason, retry_delay))
 
     def _publish(self, event: spb.WatchEventsResponse) -> None:
-        event.sequence = len(self._events) + 1
-        self._events.append(event)
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._wake_watchers)
-
-    def _wake_watchers(self) -> None:
-        self._new_event.set()
-        self._new_event = asyncio.Event()
+        self._events.publish(event)
 
     # -- shared plumbing ------------------------------------------------------------
 
@@ -254,29 +252,6 @@ class FakeSwarmServer(
                 _C.NOT_FOUND, "MODEL_NOT_FOUND", f"unknown model {name!r}", metadata={"model": name}
             )
         return name
-
-    def _model_infos(self) -> list[types_pb2.ModelInfo]:
-        return [
-            types_pb2.ModelInfo(
-                name=name,
-                policy_version=version,
-                max_model_len=4096,
-                vocab_size=_VOCAB,
-                trainable=True,
-                source="swarmrl.testing",
-            )
-            for name, version in self._versions.items()
-        ]
-
-    def _replay(self, method: str, request_id: str, kind: type[_M]) -> _M | None:
-        """The first answer to a request_id seen before (the protos' idempotency rule)."""
-        answer = self._answers.get((method, request_id)) if request_id else None
-        return answer if isinstance(answer, kind) else None
-
-    def _remember(self, method: str, request_id: str, response: _M) -> _M:
-        if request_id:
-            self._answers[(method, request_id)] = response
-        return response
 
     # -- SessionService -------------------------------------------------------------
 
@@ -322,13 +297,8 @@ class FakeSwarmServer(
     async def WatchEvents(
         self, req: spb.WatchEventsRequest, ctx: _Ctx
     ) -> AsyncIterator[spb.WatchEventsResponse]:
-        after = req.after_sequence
-        while True:
-            wake = self._new_event  # taken before the scan, so no event slips between
-            for event in self._events[after:]:  # sequence n is at index n - 1
-                yield event
-                after = event.sequence
-            await wake.wait()
+        async for event in self._events.after(req.after_sequence):
+            yield event
 
     # -- EpisodeService -------------------------------------------------------------
 
@@ -337,7 +307,7 @@ class FakeSwarmServer(
         self, req: epb.StartEpisodeRequest, ctx: _Ctx
     ) -> epb.StartEpisodeResponse:
         rid = req.request_id
-        if answer := self._replay("StartEpisode", rid, epb.StartEpisodeResponse):
+        if answer := self._answers.replay("StartEpisode", rid, epb.StartEpisodeResponse):
             return answer
         if req.session_id not in self._sessions:
             raise _Abort(
@@ -363,24 +333,19 @@ class FakeSwarmServer(
             episode_id=episode_id,
             openai_base_url=f"http://fake.invalid/episodes/{episode_id}/v1",
             openai_api_key=f"sk-episode-{episode_id}",
-            models=[m for m in self._model_infos() if m.name in models],
+            models=[m for m in toy.model_infos(self._versions) if m.name in models],
         )
-        return self._remember("StartEpisode", rid, response)
+        return self._answers.remember("StartEpisode", rid, response)
 
     @_streaming
     async def Generate(
         self, req: epb.GenerateRequest, ctx: _Ctx
     ) -> AsyncIterator[epb.GenerateResponse]:
         rid = req.request_id
-        result = self._replay("Generate", rid, epb.GenerateResult)
+        result = self._answers.replay("Generate", rid, epb.GenerateResult)
         if result is None:
-            result = self._remember("Generate", rid, self._generate(req))
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        for token, logprob in zip(result.completion_ids, result.logprobs):
-            if req.result_only:
-                break
-            text = decoder.decode(bytes([token])) if token < EOS_TOKEN_ID else ""
-            chunk = epb.GenerateChunk(token_ids=[token], logprobs=[logprob], text=text)
+            result = self._answers.remember("Generate", rid, self._generate(req))
+        for chunk in () if req.result_only else toy.chunks(result):
             yield epb.GenerateResponse(chunk=chunk)
         yield epb.GenerateResponse(result=result)
 
@@ -390,39 +355,20 @@ class FakeSwarmServer(
         model = self._model(request.model or ep.record.models[0])
         if model not in ep.record.models:
             raise _invalid("model", f"{model!r} is not one of the episode's models")
-        _check_sampling(request.sampling)
-        kind = request.WhichOneof("input")
-        if kind == "chat":
-            if not request.chat.messages:
-                raise _invalid("chat.messages", "must not be empty")
-            for i, message in enumerate(request.chat.messages):
-                if message.role not in ROLE_NAMES:
-                    raise _invalid(f"chat.messages[{i}].role", "must be set")
-            prompt = _render(request.chat.messages)
-            prompt_ids = list(prompt.encode())
-        elif kind == "tokens":
-            prompt_ids = list(request.tokens.token_ids)
-            if not prompt_ids or max(prompt_ids) >= _VOCAB:
-                raise _invalid("tokens.token_ids", f"must be non-empty ids below {_VOCAB}")
-            prompt = bytes(t for t in prompt_ids if t < EOS_TOKEN_ID).decode(errors="replace")
-        else:
-            raise _invalid("input", "give chat messages or token ids")
+        toy.check_sampling(request.sampling)
+        prompt, prompt_ids = toy.prompt_of(request)
         if self._pause is not None:
             reason, delay = self._pause
             raise _Abort(
                 _C.UNAVAILABLE, "GENERATION_PAUSED", f"paused: {reason}", retry_delay=delay
             )
-        result = self._complete(request, prompt)
+        reply = self._reply
+        result = toy.complete(request, lambda: reply(prompt) if callable(reply) else reply)
         result.call_id = f"call-{uuid.uuid4().hex[:12]}"
         result.model, result.policy_version = model, self._versions[model]
         result.prompt_ids[:] = prompt_ids
         result.usage.prompt_tokens = len(prompt_ids)
         result.usage.completion_tokens = len(result.completion_ids)
-        parent, longest = "", 0
-        for call in ep.calls:  # the longest prompt + completion that this prompt extends
-            seen = [*call.prompt_ids, *call.completion_ids]
-            if len(seen) > longest and prompt_ids[: len(seen)] == seen:
-                parent, longest = call.call_id, len(seen)
         ep.calls.append(
             epb.CallRecord(
                 call_id=result.call_id,
@@ -432,48 +378,10 @@ class FakeSwarmServer(
                 logprobs=result.logprobs,
                 policy_version=result.policy_version,
                 finish_reason=result.finish_reason,
-                parent_call_id=parent,
+                parent_call_id=toy.parent_of(ep.calls, prompt_ids),
             )
         )
         ep.record.num_calls = len(ep.calls)
-        return result
-
-    def _complete(self, request: epb.GenerateRequest, prompt: str) -> epb.GenerateResult:
-        """The toy model: the reply (or a call of the first tool), cut by the sampling limits."""
-        sampling, result = request.sampling, epb.GenerateResult()
-        messages, tools = request.chat.messages, request.chat.tools
-        if tools and (not messages or messages[-1].role != types_pb2.ROLE_TOOL):
-            text = json.dumps({"name": tools[0].name, "arguments": {}})
-            ids = [*text.encode(), EOS_TOKEN_ID]
-            result.finish_reason = types_pb2.FINISH_REASON_TOOL_CALLS
-            call_id = f"call_{uuid.uuid4().hex[:8]}"
-            result.message.tool_calls.add(id=call_id, name=tools[0].name, arguments_json="{}")
-        else:
-            text = self._reply(prompt) if callable(self._reply) else self._reply
-            ids = [*text.encode(), EOS_TOKEN_ID]
-            result.finish_reason = types_pb2.FINISH_REASON_STOP
-            if cuts := [(text.find(s), s) for s in sampling.stop if s and s in text]:
-                at, stop = min(cuts)  # the stop string is generated but not returned
-                text, ids = text[:at], list((text[:at] + stop).encode())
-            for i, token in enumerate(ids):
-                if token in sampling.stop_token_ids:
-                    text, ids = bytes(ids[:i]).decode(errors="replace"), ids[: i + 1]
-                    break
-        if sampling.HasField("max_tokens") and len(ids) > sampling.max_tokens:
-            ids = ids[: sampling.max_tokens]
-            text = bytes(t for t in ids if t < EOS_TOKEN_ID).decode(errors="ignore")
-            result.finish_reason = types_pb2.FINISH_REASON_LENGTH
-            del result.message.tool_calls[:]
-        result.text = text
-        result.message.role = types_pb2.ROLE_ASSISTANT
-        result.message.content = "" if result.message.tool_calls else text
-        result.completion_ids[:] = ids
-        result.logprobs[:] = [-0.05 - (token % 10) / 20 for token in ids]
-        for token, logprob in zip(ids, result.logprobs) if sampling.top_logprobs else ():
-            alternatives = result.top_logprobs.add()
-            for rank in range(sampling.top_logprobs):
-                alt = token if rank == 0 else (token + rank) % EOS_TOKEN_ID
-                alternatives.entries.add(token_id=alt, logprob=logprob - rank)
         return result
 
     @_unary
@@ -481,7 +389,7 @@ class FakeSwarmServer(
         self, req: epb.SubmitRewardRequest, ctx: _Ctx
     ) -> epb.SubmitRewardResponse:
         rid = req.request_id
-        if answer := self._replay("SubmitReward", rid, epb.SubmitRewardResponse):
+        if answer := self._answers.replay("SubmitReward", rid, epb.SubmitRewardResponse):
             return answer
         if not math.isfinite(req.value):
             raise _invalid("value", "must be finite")
@@ -500,12 +408,12 @@ class FakeSwarmServer(
         response = epb.SubmitRewardResponse(model_rewards=ep.record.model_rewards)
         if ep.record.HasField("reward"):
             response.episode_reward = ep.record.reward
-        return self._remember("SubmitReward", rid, response)
+        return self._answers.remember("SubmitReward", rid, response)
 
     @_unary
     async def EndEpisode(self, req: epb.EndEpisodeRequest, ctx: _Ctx) -> epb.EndEpisodeResponse:
         rid = req.request_id
-        if answer := self._replay("EndEpisode", rid, epb.EndEpisodeResponse):
+        if answer := self._answers.replay("EndEpisode", rid, epb.EndEpisodeResponse):
             return answer
         if req.HasField("reward") and not math.isfinite(req.reward):
             raise _invalid("reward", "must be finite")
@@ -518,18 +426,18 @@ class FakeSwarmServer(
         ep.record.state = types_pb2.EPISODE_STATE_ENDED
         ep.record.end_time.GetCurrentTime()
         self._ended += 1
-        return self._remember("EndEpisode", rid, epb.EndEpisodeResponse(episode=ep.record))
+        return self._answers.remember("EndEpisode", rid, epb.EndEpisodeResponse(episode=ep.record))
 
     @_unary
     async def AbortEpisode(
         self, req: epb.AbortEpisodeRequest, ctx: _Ctx
     ) -> epb.AbortEpisodeResponse:
         rid = req.request_id
-        if answer := self._replay("AbortEpisode", rid, epb.AbortEpisodeResponse):
+        if answer := self._answers.replay("AbortEpisode", rid, epb.AbortEpisodeResponse):
             return answer
         ep = self._abort(self._episode(req.episode_id, must_be_open=True), req.reason)
         response = epb.AbortEpisodeResponse(episode=ep.record)
-        return self._remember("AbortEpisode", rid, response)
+        return self._answers.remember("AbortEpisode", rid, response)
 
     def _abort(self, ep: _Episode, reason: str) -> _Episode:
         ep.record.state = types_pb2.EPISODE_STATE_ABORTED
@@ -557,13 +465,13 @@ class FakeSwarmServer(
             ended_episodes=self._ended,
             aborted_episodes=self._aborted,
             paused=self._pause is not None,
-            models=self._model_infos(),
-            last_event_sequence=len(self._events),
+            models=toy.model_infos(self._versions),
+            last_event_sequence=self._events.last_sequence,
         )
 
     @_unary
     async def ListModels(self, req: apb.ListModelsRequest, ctx: _Ctx) -> apb.ListModelsResponse:
-        return apb.ListModelsResponse(models=self._model_infos())
+        return apb.ListModelsResponse(models=toy.model_infos(self._versions))
 
     @_unary
     async def PauseGeneration(
@@ -584,24 +492,3 @@ class FakeSwarmServer(
         self, req: apb.SaveCheckpointRequest, ctx: _Ctx
     ) -> apb.SaveCheckpointResponse:
         return apb.SaveCheckpointResponse()  # a toy model has nothing to save
-
-
-def _render(messages: Sequence[types_pb2.ChatMessage]) -> str:
-    """The fake chat template."""
-    parts = []
-    for m in messages:
-        calls = "".join(json.dumps([c.name, c.arguments_json]) for c in m.tool_calls)
-        parts.append(f"<|{ROLE_NAMES[m.role]}|>{m.content}{calls}\n")
-    return "".join(parts) + "<|assistant|>"
-
-
-def _check_sampling(sampling: types_pb2.SamplingParams) -> None:
-    checks = [
-        ("max_tokens", sampling.HasField("max_tokens") and sampling.max_tokens <= 0, "> 0"),
-        ("temperature", sampling.HasField("temperature") and not sampling.temperature >= 0, ">= 0"),
-        ("top_p", sampling.HasField("top_p") and not 0 < sampling.top_p <= 1, "in (0, 1]"),
-        ("top_logprobs", not 0 <= sampling.top_logprobs <= 20, "from 0 to 20"),
-    ]
-    for name, bad, rule in checks:
-        if bad:
-            raise _invalid(f"sampling.{name}", f"must be {rule}")

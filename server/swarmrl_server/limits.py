@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from swarmrl_proto.v1 import types_pb2
 from swarmrl_server.errors import invalid
 
 if TYPE_CHECKING:
@@ -29,11 +30,13 @@ MAX_TOOLS = 128
 """Tool definitions in one chat request."""
 MAX_TOOL_SCHEMA_BYTES = 64 * 1024
 """Size of one tool definition (name, description, parameters) as JSON."""
-MAX_STOP = 16
+# The limits a client can see coming are published in the contract (types.proto's
+# RequestLimit), which the SDK's fake server reads too.
+MAX_STOP = types_pb2.REQUEST_LIMIT_MAX_STOP
 """Stop strings in one request."""
-MAX_STOP_CHARS = 256
+MAX_STOP_CHARS = types_pb2.REQUEST_LIMIT_MAX_STOP_CHARS
 """Characters in one stop string."""
-MAX_TOP_LOGPROBS = 20
+MAX_TOP_LOGPROBS = types_pb2.REQUEST_LIMIT_MAX_TOP_LOGPROBS
 """Most alternatives a call may ask for per token (vLLM's default cap)."""
 MAX_LEGACY_LOGPROBS = 5
 """Most alternatives per token on the legacy /v1/completions endpoint (OpenAI's cap)."""

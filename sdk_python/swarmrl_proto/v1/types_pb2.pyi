@@ -111,6 +111,38 @@ EPISODE_STATE_ABORTED: EpisodeState.ValueType  # 3
 """Aborted by its client, by an expired lease, or by the server; never trained."""
 Global___EpisodeState: _TypeAlias = EpisodeState  # noqa: Y015
 
+class _RequestLimit:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RequestLimitEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RequestLimit.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REQUEST_LIMIT_UNSPECIFIED: _RequestLimit.ValueType  # 0
+    """Not a limit."""
+    REQUEST_LIMIT_MAX_STOP: _RequestLimit.ValueType  # 16
+    """Most stop strings in SamplingParams.stop."""
+    REQUEST_LIMIT_MAX_TOP_LOGPROBS: _RequestLimit.ValueType  # 20
+    """Most alternatives per generated token in SamplingParams.top_logprobs."""
+    REQUEST_LIMIT_MAX_STOP_CHARS: _RequestLimit.ValueType  # 256
+    """Most characters in one stop string."""
+
+class RequestLimit(_RequestLimit, metaclass=_RequestLimitEnumTypeWrapper):
+    """Limits of a generation request that the server enforces (and `swarmrl.testing`'s fake
+    server with it): beyond one, the request is refused with INVALID_ARGUMENT naming the
+    field. An enum only to publish the numbers in the contract, so that every language's
+    stubs carry them; no field has this type.
+    """
+
+REQUEST_LIMIT_UNSPECIFIED: RequestLimit.ValueType  # 0
+"""Not a limit."""
+REQUEST_LIMIT_MAX_STOP: RequestLimit.ValueType  # 16
+"""Most stop strings in SamplingParams.stop."""
+REQUEST_LIMIT_MAX_TOP_LOGPROBS: RequestLimit.ValueType  # 20
+"""Most alternatives per generated token in SamplingParams.top_logprobs."""
+REQUEST_LIMIT_MAX_STOP_CHARS: RequestLimit.ValueType  # 256
+"""Most characters in one stop string."""
+Global___RequestLimit: _TypeAlias = RequestLimit  # noqa: Y015
+
 @_typing.final
 class ToolCall(_message.Message):
     """A function call requested by the model."""
@@ -233,7 +265,9 @@ class SamplingParams(_message.Message):
     seed: _builtins.int
     """Seed for this request's sampling; the same seed, prompt and weights give the same tokens."""
     top_logprobs: _builtins.int
-    """Number of alternatives to return per generated token in top_logprobs (0 to 20)."""
+    """Number of alternatives to return per generated token in top_logprobs (0 to
+    REQUEST_LIMIT_MAX_TOP_LOGPROBS, 20).
+    """
     @_builtins.property
     def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Stop strings; generation ends when the text ends with one (it is not returned)."""

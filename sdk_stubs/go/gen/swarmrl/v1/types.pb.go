@@ -199,6 +199,66 @@ func (EpisodeState) EnumDescriptor() ([]byte, []int) {
 	return file_swarmrl_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
+// Limits of a generation request that the server enforces (and `swarmrl.testing`'s fake
+// server with it): beyond one, the request is refused with INVALID_ARGUMENT naming the
+// field. An enum only to publish the numbers in the contract, so that every language's
+// stubs carry them; no field has this type.
+type RequestLimit int32
+
+const (
+	// Not a limit.
+	RequestLimit_REQUEST_LIMIT_UNSPECIFIED RequestLimit = 0
+	// Most stop strings in SamplingParams.stop.
+	RequestLimit_REQUEST_LIMIT_MAX_STOP RequestLimit = 16
+	// Most alternatives per generated token in SamplingParams.top_logprobs.
+	RequestLimit_REQUEST_LIMIT_MAX_TOP_LOGPROBS RequestLimit = 20
+	// Most characters in one stop string.
+	RequestLimit_REQUEST_LIMIT_MAX_STOP_CHARS RequestLimit = 256
+)
+
+// Enum value maps for RequestLimit.
+var (
+	RequestLimit_name = map[int32]string{
+		0:   "REQUEST_LIMIT_UNSPECIFIED",
+		16:  "REQUEST_LIMIT_MAX_STOP",
+		20:  "REQUEST_LIMIT_MAX_TOP_LOGPROBS",
+		256: "REQUEST_LIMIT_MAX_STOP_CHARS",
+	}
+	RequestLimit_value = map[string]int32{
+		"REQUEST_LIMIT_UNSPECIFIED":      0,
+		"REQUEST_LIMIT_MAX_STOP":         16,
+		"REQUEST_LIMIT_MAX_TOP_LOGPROBS": 20,
+		"REQUEST_LIMIT_MAX_STOP_CHARS":   256,
+	}
+)
+
+func (x RequestLimit) Enum() *RequestLimit {
+	p := new(RequestLimit)
+	*p = x
+	return p
+}
+
+func (x RequestLimit) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RequestLimit) Descriptor() protoreflect.EnumDescriptor {
+	return file_swarmrl_v1_types_proto_enumTypes[3].Descriptor()
+}
+
+func (RequestLimit) Type() protoreflect.EnumType {
+	return &file_swarmrl_v1_types_proto_enumTypes[3]
+}
+
+func (x RequestLimit) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RequestLimit.Descriptor instead.
+func (RequestLimit) EnumDescriptor() ([]byte, []int) {
+	return file_swarmrl_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
 // A function call requested by the model.
 type ToolCall struct {
 	state         protoimpl.MessageState
@@ -436,7 +496,8 @@ type SamplingParams struct {
 	StopTokenIds []uint32 `protobuf:"varint,5,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
 	// Seed for this request's sampling; the same seed, prompt and weights give the same tokens.
 	Seed *int64 `protobuf:"varint,6,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
-	// Number of alternatives to return per generated token in top_logprobs (0 to 20).
+	// Number of alternatives to return per generated token in top_logprobs (0 to
+	// REQUEST_LIMIT_MAX_TOP_LOGPROBS, 20).
 	TopLogprobs int32 `protobuf:"varint,7,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 }
 
@@ -760,8 +821,17 @@ var file_swarmrl_v1_types_proto_rawDesc = []byte{
 	0x54, 0x41, 0x54, 0x45, 0x5f, 0x4f, 0x50, 0x45, 0x4e, 0x10, 0x01, 0x12, 0x17, 0x0a, 0x13, 0x45,
 	0x50, 0x49, 0x53, 0x4f, 0x44, 0x45, 0x5f, 0x53, 0x54, 0x41, 0x54, 0x45, 0x5f, 0x45, 0x4e, 0x44,
 	0x45, 0x44, 0x10, 0x02, 0x12, 0x19, 0x0a, 0x15, 0x45, 0x50, 0x49, 0x53, 0x4f, 0x44, 0x45, 0x5f,
-	0x53, 0x54, 0x41, 0x54, 0x45, 0x5f, 0x41, 0x42, 0x4f, 0x52, 0x54, 0x45, 0x44, 0x10, 0x03, 0x62,
-	0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
+	0x53, 0x54, 0x41, 0x54, 0x45, 0x5f, 0x41, 0x42, 0x4f, 0x52, 0x54, 0x45, 0x44, 0x10, 0x03, 0x2a,
+	0x90, 0x01, 0x0a, 0x0c, 0x52, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x4c, 0x69, 0x6d, 0x69, 0x74,
+	0x12, 0x1d, 0x0a, 0x19, 0x52, 0x45, 0x51, 0x55, 0x45, 0x53, 0x54, 0x5f, 0x4c, 0x49, 0x4d, 0x49,
+	0x54, 0x5f, 0x55, 0x4e, 0x53, 0x50, 0x45, 0x43, 0x49, 0x46, 0x49, 0x45, 0x44, 0x10, 0x00, 0x12,
+	0x1a, 0x0a, 0x16, 0x52, 0x45, 0x51, 0x55, 0x45, 0x53, 0x54, 0x5f, 0x4c, 0x49, 0x4d, 0x49, 0x54,
+	0x5f, 0x4d, 0x41, 0x58, 0x5f, 0x53, 0x54, 0x4f, 0x50, 0x10, 0x10, 0x12, 0x22, 0x0a, 0x1e, 0x52,
+	0x45, 0x51, 0x55, 0x45, 0x53, 0x54, 0x5f, 0x4c, 0x49, 0x4d, 0x49, 0x54, 0x5f, 0x4d, 0x41, 0x58,
+	0x5f, 0x54, 0x4f, 0x50, 0x5f, 0x4c, 0x4f, 0x47, 0x50, 0x52, 0x4f, 0x42, 0x53, 0x10, 0x14, 0x12,
+	0x21, 0x0a, 0x1c, 0x52, 0x45, 0x51, 0x55, 0x45, 0x53, 0x54, 0x5f, 0x4c, 0x49, 0x4d, 0x49, 0x54,
+	0x5f, 0x4d, 0x41, 0x58, 0x5f, 0x53, 0x54, 0x4f, 0x50, 0x5f, 0x43, 0x48, 0x41, 0x52, 0x53, 0x10,
+	0x80, 0x02, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
 }
 
 var (
@@ -776,22 +846,23 @@ func file_swarmrl_v1_types_proto_rawDescGZIP() []byte {
 	return file_swarmrl_v1_types_proto_rawDescData
 }
 
-var file_swarmrl_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_swarmrl_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_swarmrl_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_swarmrl_v1_types_proto_goTypes = []interface{}{
 	(Role)(0),              // 0: swarmrl.v1.Role
 	(FinishReason)(0),      // 1: swarmrl.v1.FinishReason
 	(EpisodeState)(0),      // 2: swarmrl.v1.EpisodeState
-	(*ToolCall)(nil),       // 3: swarmrl.v1.ToolCall
-	(*Tool)(nil),           // 4: swarmrl.v1.Tool
-	(*ChatMessage)(nil),    // 5: swarmrl.v1.ChatMessage
-	(*SamplingParams)(nil), // 6: swarmrl.v1.SamplingParams
-	(*ModelInfo)(nil),      // 7: swarmrl.v1.ModelInfo
-	(*Usage)(nil),          // 8: swarmrl.v1.Usage
+	(RequestLimit)(0),      // 3: swarmrl.v1.RequestLimit
+	(*ToolCall)(nil),       // 4: swarmrl.v1.ToolCall
+	(*Tool)(nil),           // 5: swarmrl.v1.Tool
+	(*ChatMessage)(nil),    // 6: swarmrl.v1.ChatMessage
+	(*SamplingParams)(nil), // 7: swarmrl.v1.SamplingParams
+	(*ModelInfo)(nil),      // 8: swarmrl.v1.ModelInfo
+	(*Usage)(nil),          // 9: swarmrl.v1.Usage
 }
 var file_swarmrl_v1_types_proto_depIdxs = []int32{
 	0, // 0: swarmrl.v1.ChatMessage.role:type_name -> swarmrl.v1.Role
-	3, // 1: swarmrl.v1.ChatMessage.tool_calls:type_name -> swarmrl.v1.ToolCall
+	4, // 1: swarmrl.v1.ChatMessage.tool_calls:type_name -> swarmrl.v1.ToolCall
 	2, // [2:2] is the sub-list for method output_type
 	2, // [2:2] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
@@ -884,7 +955,7 @@ func file_swarmrl_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_swarmrl_v1_types_proto_rawDesc,
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,

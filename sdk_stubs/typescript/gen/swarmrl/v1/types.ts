@@ -171,6 +171,61 @@ export function episodeStateToJSON(object: EpisodeState): string {
   }
 }
 
+/**
+ * Limits of a generation request that the server enforces (and `swarmrl.testing`'s fake
+ * server with it): beyond one, the request is refused with INVALID_ARGUMENT naming the
+ * field. An enum only to publish the numbers in the contract, so that every language's
+ * stubs carry them; no field has this type.
+ */
+export enum RequestLimit {
+  /** REQUEST_LIMIT_UNSPECIFIED - Not a limit. */
+  REQUEST_LIMIT_UNSPECIFIED = 0,
+  /** REQUEST_LIMIT_MAX_STOP - Most stop strings in SamplingParams.stop. */
+  REQUEST_LIMIT_MAX_STOP = 16,
+  /** REQUEST_LIMIT_MAX_TOP_LOGPROBS - Most alternatives per generated token in SamplingParams.top_logprobs. */
+  REQUEST_LIMIT_MAX_TOP_LOGPROBS = 20,
+  /** REQUEST_LIMIT_MAX_STOP_CHARS - Most characters in one stop string. */
+  REQUEST_LIMIT_MAX_STOP_CHARS = 256,
+  UNRECOGNIZED = -1,
+}
+
+export function requestLimitFromJSON(object: any): RequestLimit {
+  switch (object) {
+    case 0:
+    case "REQUEST_LIMIT_UNSPECIFIED":
+      return RequestLimit.REQUEST_LIMIT_UNSPECIFIED;
+    case 16:
+    case "REQUEST_LIMIT_MAX_STOP":
+      return RequestLimit.REQUEST_LIMIT_MAX_STOP;
+    case 20:
+    case "REQUEST_LIMIT_MAX_TOP_LOGPROBS":
+      return RequestLimit.REQUEST_LIMIT_MAX_TOP_LOGPROBS;
+    case 256:
+    case "REQUEST_LIMIT_MAX_STOP_CHARS":
+      return RequestLimit.REQUEST_LIMIT_MAX_STOP_CHARS;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return RequestLimit.UNRECOGNIZED;
+  }
+}
+
+export function requestLimitToJSON(object: RequestLimit): string {
+  switch (object) {
+    case RequestLimit.REQUEST_LIMIT_UNSPECIFIED:
+      return "REQUEST_LIMIT_UNSPECIFIED";
+    case RequestLimit.REQUEST_LIMIT_MAX_STOP:
+      return "REQUEST_LIMIT_MAX_STOP";
+    case RequestLimit.REQUEST_LIMIT_MAX_TOP_LOGPROBS:
+      return "REQUEST_LIMIT_MAX_TOP_LOGPROBS";
+    case RequestLimit.REQUEST_LIMIT_MAX_STOP_CHARS:
+      return "REQUEST_LIMIT_MAX_STOP_CHARS";
+    case RequestLimit.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** A function call requested by the model. */
 export interface ToolCall {
   /** Identifier the tool result refers to (tool_call_id). */
@@ -227,7 +282,10 @@ export interface SamplingParams {
   seed?:
     | number
     | undefined;
-  /** Number of alternatives to return per generated token in top_logprobs (0 to 20). */
+  /**
+   * Number of alternatives to return per generated token in top_logprobs (0 to
+   * REQUEST_LIMIT_MAX_TOP_LOGPROBS, 20).
+   */
   topLogprobs: number;
 }
 

@@ -255,7 +255,8 @@ private static final long serialVersionUID = 0L;
   private int topLogprobs_ = 0;
   /**
    * <pre>
-   * Number of alternatives to return per generated token in top_logprobs (0 to 20).
+   * Number of alternatives to return per generated token in top_logprobs (0 to
+   * REQUEST_LIMIT_MAX_TOP_LOGPROBS, 20).
    * </pre>
    *
    * <code>int32 top_logprobs = 7 [json_name = "topLogprobs"];</code>
@@ -1296,7 +1297,8 @@ private static final long serialVersionUID = 0L;
     private int topLogprobs_ ;
     /**
      * <pre>
-     * Number of alternatives to return per generated token in top_logprobs (0 to 20).
+     * Number of alternatives to return per generated token in top_logprobs (0 to
+     * REQUEST_LIMIT_MAX_TOP_LOGPROBS, 20).
      * </pre>
      *
      * <code>int32 top_logprobs = 7 [json_name = "topLogprobs"];</code>
@@ -1308,7 +1310,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Number of alternatives to return per generated token in top_logprobs (0 to 20).
+     * Number of alternatives to return per generated token in top_logprobs (0 to
+     * REQUEST_LIMIT_MAX_TOP_LOGPROBS, 20).
      * </pre>
      *
      * <code>int32 top_logprobs = 7 [json_name = "topLogprobs"];</code>
@@ -1324,7 +1327,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Number of alternatives to return per generated token in top_logprobs (0 to 20).
+     * Number of alternatives to return per generated token in top_logprobs (0 to
+     * REQUEST_LIMIT_MAX_TOP_LOGPROBS, 20).
      * </pre>
      *
      * <code>int32 top_logprobs = 7 [json_name = "topLogprobs"];</code>

@@ -155,7 +155,8 @@ public interface SamplingParamsOrBuilder extends
 
   /**
    * <pre>
-   * Number of alternatives to return per generated token in top_logprobs (0 to 20).
+   * Number of alternatives to return per generated token in top_logprobs (0 to
+   * REQUEST_LIMIT_MAX_TOP_LOGPROBS, 20).
    * </pre>
    *
    * <code>int32 top_logprobs = 7 [json_name = "topLogprobs"];</code>

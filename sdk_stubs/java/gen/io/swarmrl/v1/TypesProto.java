@@ -86,8 +86,12 @@ public final class TypesProto {
       "OOL_CALLS\020\003\022\027\n\023FINISH_REASON_ABORT\020\004*y\n\014" +
       "EpisodeState\022\035\n\031EPISODE_STATE_UNSPECIFIE" +
       "D\020\000\022\026\n\022EPISODE_STATE_OPEN\020\001\022\027\n\023EPISODE_S" +
-      "TATE_ENDED\020\002\022\031\n\025EPISODE_STATE_ABORTED\020\003B" +
-      "\035\n\rio.swarmrl.v1B\nTypesProtoP\001b\006proto3"
+      "TATE_ENDED\020\002\022\031\n\025EPISODE_STATE_ABORTED\020\003*" +
+      "\220\001\n\014RequestLimit\022\035\n\031REQUEST_LIMIT_UNSPEC" +
+      "IFIED\020\000\022\032\n\026REQUEST_LIMIT_MAX_STOP\020\020\022\"\n\036R" +
+      "EQUEST_LIMIT_MAX_TOP_LOGPROBS\020\024\022!\n\034REQUE" +
+      "ST_LIMIT_MAX_STOP_CHARS\020\200\002B\035\n\rio.swarmrl" +
+      ".v1B\nTypesProtoP\001b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
