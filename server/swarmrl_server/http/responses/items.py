@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.chat import Message
-from swarmrl_server.episodes.registry import GenerationResult
 from swarmrl_server.episodes.render import chat_of
 from swarmrl_server.http.errors import HttpError
 from swarmrl_server.http.generation import TokenText, chat_logprobs

@@ -25,15 +25,15 @@ import hashlib
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from swarmrl_server.engine.base import GenerationChunk
+from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.chat import Message, ReplyParser
-from swarmrl_server.episodes.registry import GenerationResult
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.http.auth import EpisodeAuth
 from swarmrl_server.http.chat_completion.serving import swarmrl_info
@@ -74,6 +74,8 @@ KNOWN_INCLUDES = frozenset({
     "web_search_call.action.sources", "code_interpreter_call.outputs",
     "computer_call_output.output.image_url", "message.input_image.image_url",
 })
+Event = Callable[..., str]
+"""Renders one stream event (type, fields) with the next sequence number."""
 MAX_METADATA = (16, 64, 512)
 """OpenAI's metadata limits: pairs, key length, value length."""
 TOOL_FIELDS = {"type", "name", "description", "parameters", "strict"}
@@ -209,7 +211,7 @@ class OpenAIServingResponses:
             gens = Generations([self.swarm.episodes.generate(
                 episode.episode_id, model=req.model, messages=messages,
                 tools=to_tools(settings), sampling=sampling, input_field="input",
-                request_id=req.request_id or "", annotations=store.annotations(settings),
+                request_id=req.request_id or "", annotations=store.call_annotations(settings),
             )], chunks=req.stream)
             await gens.start()
         except SwarmError as err:
@@ -307,7 +309,8 @@ class OpenAIServingResponses:
             await gens.aclose()  # the client may be gone: stop the engine now
 
     @staticmethod
-    def _item_events(output: list[dict[str, Any]], event: Any, open_message: Any) -> list[str]:
+    def _item_events(output: list[dict[str, Any]], event: Event,
+                     open_message: Callable[[], list[str]]) -> list[str]:
         """The events that finish the message item (opened while its text streamed, or
         now when it is empty) and carry each function call item."""
         events: list[str] = []
@@ -332,5 +335,5 @@ class OpenAIServingResponses:
         return events
 
     @staticmethod
-    def _error(event: Any, err: HttpError) -> str:
+    def _error(event: Event, err: HttpError) -> str:
         return event("error", code=err.code, message=err.message, param=err.param)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarmrl_server.episodes.registry import EpisodeRegistry, GenerationResult
+from swarmrl_server.episodes.calls import GenerationResult, replay
+from swarmrl_server.episodes.registry import EpisodeRegistry
 from swarmrl_server.episodes.render import chat_of
 from swarmrl_server.http.errors import HttpError
 from swarmrl_server.http.responses.protocol import ResponseSettings
@@ -33,7 +34,7 @@ ANNOTATION = "response"
 """Key of the settings in the call's chat annotations."""
 
 
-def annotations(settings: ResponseSettings) -> dict[str, Any]:
+def call_annotations(settings: ResponseSettings) -> dict[str, Any]:
     """What `EpisodeRegistry.generate` keeps with the call for this response."""
     return {ANNOTATION: settings.model_dump(mode="json")}
 
@@ -47,8 +48,7 @@ def find(registry: EpisodeRegistry, episode_id: str, response_id: str,
             continue
         settings = settings_of(call)
         if settings is not None and settings.id == response_id and settings.store:
-            chat = chat_of(call) or {}
-            return settings, GenerationResult(call, chat["reply"], call.finish_reason)
+            return settings, replay(call)  # the call and its reply, as recorded
     raise HttpError(404, f"{field}: no stored response {response_id!r} in this episode",
                     param=field, code="response_not_found")
 
