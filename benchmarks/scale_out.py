@@ -5,7 +5,7 @@
   does), `--concurrency` at a time, through the same `Router` the server uses, over N
   replica actors (Ray restarts, stickiness and all). Episodes/s and calls/s.
 - Trainer workers: the same batch of `--batch` episodes of very different lengths (tree
-  packing on), `--steps` timed steps after one warm-up, through `RayTrainerGroup` with N
+  packing on), `--steps` timed steps after one warm-up, through `trainer.ray_group.RayGroup` with N
   FSDP2 workers (gloo on CPU, NCCL with `--device cuda`). Median step time.
 
 On the 2-core project machine every actor runs torch on one thread, so a second replica
@@ -107,22 +107,23 @@ def _batch(path: Path, n: int) -> list[Any]:
 
 
 def workers_run(path: Path, n: int, args: argparse.Namespace) -> dict[str, float]:
-    from swarmrl_server.scale.ray_placement import RayTrainerGroup
     from swarmrl_server.trainer.config import TrainerConfig
+    from swarmrl_server.trainer.ray_group import RayGroup
+    from swarmrl_server.trainer.step import batch_advantages
 
     config = TrainerConfig.from_options({
         "workers": str(n), "worker_cpus": str(args.worker_cpus),
         "worker_gpus": str(args.worker_gpus), "device": args.device, "packing": "true",
         "group_size": "4", "micro_batch_tokens": "1024", "lr": "1e-5"})
-    group = RayTrainerGroup(path, config)
+    group = RayGroup(path, config)
     try:
         episodes = _batch(path, args.batch)
-        adv = group.advantages(episodes)
-        group.run(episodes, adv)  # warm-up
+        adv = batch_advantages(episodes, config)
+        group.step(episodes, adv)  # warm-up
         times, tokens = [], 0
         for _ in range(args.steps):
             t0 = time.perf_counter()
-            stats = group.run(episodes, adv)
+            stats = group.step(episodes, adv)
             times.append(time.perf_counter() - t0)
             tokens = stats.tokens_forward
     finally:
@@ -151,7 +152,7 @@ def main() -> None:
 
     import os
 
-    from swarmrl_server.scale.ray_placement import init_ray
+    from swarmrl_server.scale.cluster import init_ray
 
     os.environ.setdefault("PYTHONPATH", os.pathsep.join(
         [str(REPO), str(REPO / "server"), str(REPO / "sdk_python")]))

@@ -31,6 +31,15 @@ async def assert_eventually(check: Callable[[], Any], timeout: float = 10.0, int
             await asyncio.sleep(interval)
 
 
+async def wait_for_step(trainer: Any, step: int, timeout: float = 60.0) -> None:
+    """Waits until `trainer` has done `step` steps; a trainer that failed fails the wait."""
+    def reached() -> None:
+        if trainer.error is not None:
+            raise RuntimeError(f"trainer {trainer.name} failed") from trainer.error
+        assert trainer.step >= step, f"trainer {trainer.name} at step {trainer.step} < {step}"
+    await assert_eventually(reached, timeout)
+
+
 def wait_until(check: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not check():

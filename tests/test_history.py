@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_for_step
 from tests.test_trainer_common import MODEL, group_of, insert_episodes
 from tests.test_trainer_loop import metrics, open_swarm, train
 
@@ -28,7 +29,7 @@ async def _crashed_after_three_steps(data: Path, tiny_model_dir: Path) -> None:
             *group_of("b", [0.0, 1.0], group_id="b", t0=10),
             *group_of("c", [1.0, 0.0], group_id="c", t0=20)])
         trainer = await train(swarm, **CRASHY)
-        await trainer.wait_for_step(3)
+        await wait_for_step(trainer, 3)
     finally:
         await swarm.stop()
 
@@ -47,7 +48,7 @@ async def test_a_plain_restart_never_rewinds(tmp_path: Path, tiny_model_dir: Pat
             *group_of("e", [0.0, 1.0], group_id="e", t0=40, version=2, seed=4)])
         trainer = await train(swarm, **{**CRASHY, "lost_weights": lost_weights})  # no resume
         assert (trainer.step, trainer.policy_version) == (3, 2)  # step-2's weights, step 3 lost
-        await trainer.wait_for_step(5 if lost_weights == "drop" else 6)
+        await wait_for_step(trainer, 5 if lost_weights == "drop" else 6)
         versions = await swarm.store.issued_versions(MODEL)
         consumed = await swarm.store.consumed_episodes(MODEL)
     finally:

@@ -16,7 +16,7 @@ import swarmrl
 from swarmrl import _cli
 from swarmrl_server.app import RunningServer, start_server
 from swarmrl_server.config import ModelSpec, ServerConfig
-from tests.helpers import assert_eventually
+from tests.helpers import assert_eventually, wait_for_step
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ async def test_client_swapped_mid_run(
         assert (live.client_name, live.agent_version) == ("agent-v1", "v1")
         assert live.episode_agent_versions == ["v1"] and live.models == ["tiny"]
         assert live.tasks == ["task0", "task1"] and live.ended_episodes == 4
-        await trainer.wait_for_step(1, timeout=60)  # training is under way
+        await wait_for_step(trainer, 1, timeout=60)  # training is under way
     # The old client is gone; the edited one attaches while the trainer keeps going.
     config = swarmrl.ClientConfig(target=target, client_name="agent-v2", agent_version="v2")
     async with swarmrl.AsyncSwarmClient(config=config) as new:

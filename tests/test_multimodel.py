@@ -15,7 +15,7 @@ from swarmrl_server.app import RunningServer, start_server
 from swarmrl_server.config import ModelSpec, ServerConfig
 from swarmrl_server.trainer.config import TrainerConfigError
 from swarmrl_server.trainer.setup import options_per_model
-from tests.helpers import assert_eventually
+from tests.helpers import assert_eventually, wait_for_step
 
 SAMPLING: dict[str, Any] = {"max_tokens": 3, "temperature": 1.0}
 
@@ -73,8 +73,8 @@ async def test_per_model_rewards_reach_only_their_models_trainer(two_models: Run
             await ep.end(1.0, model_rewards={"proposer": 1.0})  # not a model of the episode
         await ep.abort("test over")
 
-    await solver.wait_for_step(3, timeout=60)
-    await proposer.wait_for_step(1, timeout=60)
+    await wait_for_step(solver, 3, timeout=60)
+    await wait_for_step(proposer, 1, timeout=60)
     await assert_eventually(lambda: _check(proposer.not_called == 2 and proposer.pending == 0))
     data_dir = swarm.data_dir
     assert data_dir is not None

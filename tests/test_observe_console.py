@@ -16,6 +16,7 @@ from rich.console import Console
 import swarmrl
 from swarmrl._cli import main as cli_main
 from swarmrl._top import main as top_main
+from tests.helpers import wait_for_step
 from tests.observe_support import start_training_server
 
 
@@ -36,7 +37,7 @@ async def test_top_once_shows_models_trainer_clients_episodes_and_errors(running
             async with client.episode(task_id="fruit", agent_version="v7") as ep:
                 await ep.chat([{"role": "user", "content": "Hi"}], max_tokens=3, seed=i)
                 await ep.reward(float(i))
-        await running.swarm.models["tiny"].trainer.wait_for_step(1, timeout=120)
+        await wait_for_step(running.swarm.models["tiny"].trainer, 1, timeout=120)
         async with client.episode(task_id="fruit", agent_version="v7") as ep:  # waits: 1 of 2
             await ep.chat([{"role": "user", "content": "Hi"}], max_tokens=3, seed=5)
             await ep.reward(1.0)

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import swarmrl
 from swarmrl_server import logs
-from tests.helpers import assert_eventually
+from tests.helpers import assert_eventually, wait_for_step
 from tests.observe_support import start_training_server
 
 
@@ -79,7 +79,7 @@ async def test_metrics_move_during_a_short_run(training_server: Any) -> None:
             await client.get_episode("ep-missing")
 
     trainer = training_server.swarm.models["tiny"].trainer
-    await trainer.wait_for_step(1, timeout=120)
+    await wait_for_step(trainer, 1, timeout=120)
     after = await assert_eventually(_scraped_step(base), timeout=30)
 
     assert value(after, "swarmrl_calls_total", door="grpc", model="tiny") == 2

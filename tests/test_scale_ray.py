@@ -19,6 +19,7 @@ import pytest
 import structlog
 
 import swarmrl
+from tests.helpers import wait_for_step
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +86,7 @@ async def test_ray_replicas_and_fsdp2_workers_train(
                         await until(lambda: router._inflight[0] > 0)
                         ray.kill(router.replicas[0].actor, no_restart=False)
                     await asyncio.gather(*games)
-                    await trainer.wait_for_step(step, timeout=120)
+                    await wait_for_step(trainer, step, timeout=120)
                     if step == 2:
                         await until(lambda: all(router.up), timeout=90)
                     assert await served_versions() == [trainer.policy_version] * 2

@@ -11,6 +11,7 @@ from swarmrl_server.store.records import EpisodeRecord
 from swarmrl_server.swarm import Swarm
 from swarmrl_server.trainer.batching import Batcher
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
+from tests.helpers import wait_for_step
 from tests.test_trainer_common import group_of, insert_episodes, make_episode
 from tests.test_trainer_loop import metrics, open_swarm, train
 
@@ -69,7 +70,7 @@ async def test_task_mix_is_honoured_over_a_run(tmp_path: Path, tiny_model_dir: P
         await insert_episodes(swarm.store, episodes)
         trainer = await train(swarm, task_mix="math:2,code:1", batch_size="3",
                               checkpoint_every="0", max_staleness="100")
-        await trainer.wait_for_step(6, timeout=120)
+        await wait_for_step(trainer, 6, timeout=120)
     finally:
         await swarm.stop()
     steps = metrics(tmp_path / "data")[:6]

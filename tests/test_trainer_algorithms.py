@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from swarmrl_server.timelines.logprobs import forward_timelines
 from swarmrl_server.timelines.merge import merge_calls
 from swarmrl_server.trainer import algorithms
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
@@ -16,8 +17,8 @@ from swarmrl_server.trainer.step import (
     EpisodeRows,
     StepRunner,
     episode_rows,
+    gather,
     generated_mask,
-    sequence_logprob,
 )
 from tests.test_trainer_common import (
     MODEL,
@@ -138,6 +139,13 @@ def two_episode_group(model: torch.nn.Module) -> tuple[EpisodeRows, EpisodeRows]
     return episode_rows(good, MODEL, "g")[0], episode_rows(bad, MODEL, "g")[0]
 
 
+def sequence_logprob(model: torch.nn.Module, episode: EpisodeRows, pad_id: int) -> float:
+    """Sum of the current logprobs of an episode's generated tokens."""
+    with torch.no_grad():
+        logprobs_R, _ = forward_timelines(model, episode.rows, pad_id)
+        return float(gather([episode], logprobs_R, max(episode.num_generated, 1)).sum())
+
+
 @pytest.mark.parametrize("loss", ["vanilla", "gspo", "cispo"])
 def test_a_step_raises_the_logprob_of_the_positive_advantage_episode(tiny_model_dir: Path, loss: str) -> None:
     model = fresh_model(tiny_model_dir)
@@ -246,7 +254,7 @@ def test_a_model_trains_only_on_its_own_calls() -> None:
 
 
 def test_packing_gives_the_same_step_as_plain_rows(tiny_model_dir: Path) -> None:
-    from swarmrl_server.trainer.trainer import packed_forward
+    from swarmrl_server.trainer.step import packed_forward
 
     rng = random.Random(3)
     model = fresh_model(tiny_model_dir)

@@ -90,7 +90,7 @@ def _worker(rank: int, ports: tuple[int, int], model_dir: str, blob: bytes, out:
 def test_two_fsdp2_workers_equal_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
     from swarmrl_server.models import load_model
     from swarmrl_server.trainer.distributed import balance_by_tokens
-    from swarmrl_server.trainer.trainer import packed_forward
+    from swarmrl_server.trainer.step import packed_forward
 
     episodes = _episodes(tiny_model_dir)
     shares = balance_by_tokens(episodes, 2)

@@ -16,9 +16,9 @@ from swarmrl_server.errors import SwarmError
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.swarm import Swarm
 from swarmrl_server.trainer import checkpoint
+from swarmrl_server.trainer.attach import attach_trainers
 from swarmrl_server.trainer.config import TrainerConfigError
-from swarmrl_server.trainer.setup import attach_trainers
-from tests.helpers import assert_eventually
+from tests.helpers import assert_eventually, wait_for_step
 from tests.test_trainer_common import MODEL, group_of, insert_episodes
 
 
@@ -58,7 +58,7 @@ async def test_stale_episodes_are_dropped_counted_and_consumed(swarm: Swarm) -> 
     groups = [group_of(f"g{k}-", [1.0, 0.0], group_id=f"g{k}", t0=10.0 * k, seed=k) for k in range(3)]
     await insert_episodes(swarm.store, [e for g in groups for e in g])
     trainer = await train(swarm, max_staleness="1", checkpoint_every="0")
-    await trainer.wait_for_step(2)
+    await wait_for_step(trainer, 2)
     await assert_eventually(lambda: _assert(trainer.pending == 0))
     assert trainer.step == 2 and trainer.dropped_total["stale"] == 2
     consumed = await swarm.store.consumed_episodes(MODEL)
@@ -72,7 +72,7 @@ async def test_stale_episodes_are_dropped_counted_and_consumed(swarm: Swarm) -> 
     await insert_episodes(swarm.store, group_of("g3-", [0.0, 1.0], group_id="g3", t0=40, version=2))
     for e in group_of("g3-", [0.0, 1.0], group_id="g3", t0=40, version=2):
         trainer.notify_episode_ended(e)
-    await trainer.wait_for_step(3)
+    await wait_for_step(trainer, 3)
     last = metrics(swarm.data_dir)[-1]  # type: ignore[arg-type]
     assert last["drop/stale"] == 2 and last["drop/total_stale"] == 2 and last["stale/hist_0"] == 2
 
@@ -84,7 +84,7 @@ def _assert(condition: bool) -> None:
 async def test_metrics_cover_reward_advantage_loss_and_merge(swarm: Swarm) -> None:
     await insert_episodes(swarm.store, group_of("a", [1.0, 0.0, 0.5, 0.5], group_id="a", t0=0))
     trainer = await train(swarm, group_size="4")
-    await trainer.wait_for_step(1)
+    await wait_for_step(trainer, 1)
     row = metrics(swarm.data_dir)[0]  # type: ignore[arg-type]
     for key in ("reward/mean", "reward/std", "reward/t/mean", "adv/mean", "adv/std", "loss/total",
                 "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/tokens_trained",
@@ -100,11 +100,11 @@ async def test_new_weights_reach_the_engine(swarm: Swarm) -> None:
     before = {k: v.clone() for k, v in engine.model.state_dict().items()}  # type: ignore[attr-defined]
     await insert_episodes(swarm.store, group_of("a", [1.0, 0.0], group_id="a", t0=0))
     trainer = await train(swarm)
-    await trainer.wait_for_step(1)
+    await wait_for_step(trainer, 1)
     served = engine.model.state_dict()  # type: ignore[attr-defined]
-    assert engine.policy_version == 1 and trainer.model is not engine.model  # type: ignore[attr-defined]
+    assert engine.policy_version == 1 and trainer.group.model is not engine.model  # type: ignore[attr-defined]
     assert any(not torch.equal(before[k], served[k]) for k in before)
-    for k, v in trainer.model.state_dict().items():
+    for k, v in trainer.group.model.state_dict().items():
         assert torch.equal(v, served[k]), k
 
 
@@ -113,8 +113,8 @@ async def test_checkpoint_and_resume_in_process(tmp_path: Path, tiny_model_dir: 
     swarm = await open_swarm(data, tiny_model_dir)
     await insert_episodes(swarm.store, group_of("a", [1.0, 0.0], group_id="a", t0=0))
     trainer = await train(swarm, checkpoint_every="1", keep_checkpoints="1")
-    await trainer.wait_for_step(1)
-    weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    await wait_for_step(trainer, 1)
+    weights = {k: v.clone() for k, v in trainer.group.model.state_dict().items()}
     await swarm.stop()
     root = checkpoint.checkpoint_root(data, MODEL)
     (step_dir,) = [p for _, p in checkpoint.list_steps(root)]
@@ -128,9 +128,9 @@ async def test_checkpoint_and_resume_in_process(tmp_path: Path, tiny_model_dir: 
         trainer = await train(swarm, resume=data, checkpoint_every="1")
         assert (trainer.step, trainer.policy_version) == (1, 1)
         assert swarm.models[MODEL].engine.policy_version == 1
-        for k, v in trainer.model.state_dict().items():
+        for k, v in trainer.group.model.state_dict().items():
             assert torch.equal(v, weights[k]), k
-        assert trainer.runner.optimizer.state_dict()["state"]  # AdamW moments came back
+        assert trainer.group.optimizer.state_dict()["state"]  # AdamW moments came back
         assert trainer.pending == 0  # nothing trained twice
     finally:
         await swarm.stop()
@@ -142,7 +142,7 @@ async def test_resume_unconsumes_episodes_of_later_steps(tmp_path: Path, tiny_mo
     await insert_episodes(swarm.store, group_of("a", [1.0, 0.0], group_id="a", t0=0)
                           + group_of("b", [0.0, 1.0], group_id="b", t0=10))
     trainer = await train(swarm, checkpoint_every="0", checkpoint_on_stop="false")
-    await trainer.wait_for_step(2)
+    await wait_for_step(trainer, 2)
     step1 = await trainer.save_checkpoint()  # labelled step-2 ...
     await swarm.stop()
     state = json.loads((step1 / "trainer_state.json").read_text())
@@ -153,7 +153,7 @@ async def test_resume_unconsumes_episodes_of_later_steps(tmp_path: Path, tiny_mo
         trainer = await train(swarm, resume=step1, checkpoint_every="0")
         # "b" is trained again, once, as step 3: step numbers are never reused, and the
         # lost step 2 is counted with the episodes it had consumed.
-        await trainer.wait_for_step(3)
+        await wait_for_step(trainer, 3)
         assert await swarm.store.consumed_episodes(MODEL) == {"a0": 1, "a1": 1, "b0": 3, "b1": 3}
         assert (trainer.recovery.first_lost_step, trainer.recovery.last_lost_step) == (2, 2)
         assert trainer.recovery.retrained_episodes == 2
@@ -164,7 +164,7 @@ async def test_resume_unconsumes_episodes_of_later_steps(tmp_path: Path, tiny_mo
 async def test_sync_mode_pauses_generation_during_the_step(swarm: Swarm) -> None:
     await insert_episodes(swarm.store, group_of("a", [1.0, 0.0], group_id="a", t0=0))
     trainer = await train(swarm, mode="sync")
-    await trainer.wait_for_step(1)
+    await wait_for_step(trainer, 1)
     events = [k for _, k, _ in await swarm.store.events_after(0)]
     assert events == ["pausing", "policy_version_changed", "resumed"]
     assert swarm.paused_reason is None
@@ -174,7 +174,7 @@ async def test_back_pressure_pauses_generation_until_the_trainer_catches_up(swar
     groups = [group_of(f"g{k}-", [1.0, 0.0], group_id=f"g{k}", t0=10.0 * k, seed=k) for k in range(4)]
     await insert_episodes(swarm.store, [e for g in groups for e in g])
     trainer = await train(swarm, max_pending="4", max_staleness="10")
-    await trainer.wait_for_step(4)
+    await wait_for_step(trainer, 4)
     await assert_eventually(lambda: _assert(swarm.paused_reason is None))
     kinds = [k for _, k, _ in await swarm.store.events_after(0)]
     assert kinds[0] == "pausing" and "resumed" in kinds
@@ -184,7 +184,7 @@ async def test_an_admin_pause_is_never_lifted_by_the_trainer(swarm: Swarm) -> No
     await swarm.pause("maintenance")
     await insert_episodes(swarm.store, group_of("a", [1.0, 0.0], group_id="a", t0=0))
     trainer = await train(swarm, mode="sync")
-    await trainer.wait_for_step(1)
+    await wait_for_step(trainer, 1)
     assert swarm.paused_reason == "maintenance"
 
 
@@ -195,7 +195,7 @@ async def test_declare_done_reaches_the_trainer(swarm: Swarm) -> None:
     for e in group_of("a", [1.0, 0.0], group_id="a", t0=0):
         trainer.notify_episode_ended(e)
     swarm.declare_done("s1")
-    await trainer.wait_for_step(1)
+    await wait_for_step(trainer, 1)
     with pytest.raises(SwarmError):
         swarm.declare_done("no-such-session")
 

@@ -76,7 +76,7 @@ async def test_one_trainer_step_reaches_vllm_with_its_version(
         # vLLM's logprobs under version 1 == the trainer's recompute with its own weights.
         out = await run(engine, SamplingParams(temperature=0.7, max_tokens=12, seed=11))
         assert out.policy_version == 1
-        model = host.trainer.model
+        model = host.trainer.group.model
         with torch.no_grad():
             logits_T_V = model(torch.tensor([PROMPT + out.completion_ids])).logits[
                 0, len(PROMPT) - 1 : -1].float()

@@ -27,10 +27,9 @@ def torch_threads(config: ServerConfig) -> int:
 
 def ray_hosts(config: ServerConfig) -> dict[str, ModelHost]:
     """Engines as Ray actors behind a router (`swarmrl serve --ray`)."""
-    from swarmrl_server.scale.ray_placement import init_ray
+    from swarmrl_server.scale.cluster import init_ray
     from swarmrl_server.scale.replicas import RayPlacement
-    from swarmrl_server.trainer.config import TrainerConfig
-    from swarmrl_server.trainer.setup import options_per_model
+    from swarmrl_server.trainer.config import TrainerConfig, options_per_model
 
     need = float(len(config.models) * config.replicas)
     if config.train:
@@ -85,7 +84,7 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
     swarm = Swarm(hosts, data_dir=config.data_dir, policy=policy)
     await swarm.start()
     if config.train:
-        from swarmrl_server.trainer.setup import attach_trainers
+        from swarmrl_server.trainer.attach import attach_trainers
 
         try:
             await attach_trainers(swarm, config)

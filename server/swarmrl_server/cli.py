@@ -137,8 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     config = config_from_args(args)
     if config.train:  # a bad train option fails here, before any model loads
-        from swarmrl_server.trainer.config import TrainerConfigError
-        from swarmrl_server.trainer.setup import options_per_model
+        from swarmrl_server.trainer.config import TrainerConfigError, options_per_model
 
         try:
             options_per_model(config.train_options, [m.name for m in config.models])

@@ -11,7 +11,6 @@ verl is imported lazily: it takes seconds and pulls in ray and tensordict.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,78 +18,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+# The option names live in `choices`, below config; re-exported for callers of this module.
+from swarmrl_server.trainer.choices import LOSS_AGG_MODES as LOSS_AGG_MODES
+from swarmrl_server.trainer.choices import core_algos
+from swarmrl_server.trainer.choices import valid_adv_estimators as valid_adv_estimators
+from swarmrl_server.trainer.choices import valid_policy_losses as valid_policy_losses
+
 if TYPE_CHECKING:
     from swarmrl_server.trainer.config import TrainerConfig
-
-LOSS_AGG_MODES = (
-    "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-"""The modes of verl 0.9.1's agg_loss (it keeps no registry of them)."""
-
-KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-"""verl's kl_penalty estimators that work on sampled-token logprobs ("full" needs logits)."""
-
-NEEDS_MORE_THAN_REWARDS = {
-    "gae": "a value model (critic)",
-    "remax": "greedy-rollout reward baselines",
-    "optimal_token_baseline": "per-token sum of squared policy probabilities",
-    "tir_optimal_token_baseline": "per-token sum of squared policy probabilities",
-    "gdpo": "multi-dimensional rewards",
-}
-"""Registered estimators that need inputs an episode's outcome reward cannot provide."""
-
-
-@functools.cache
-def core_algos() -> Any:
-    from verl.trainer.ppo import core_algos as module
-
-    return module
-
-
-def valid_adv_estimators() -> list[str]:
-    """Estimators in verl's ADV_ESTIMATOR_REGISTRY that train on outcome rewards."""
-    registry = core_algos().ADV_ESTIMATOR_REGISTRY
-    return sorted(n for n in registry if n not in NEEDS_MORE_THAN_REWARDS)
-
-
-def valid_policy_losses() -> list[str]:
-    """Every loss in verl's POLICY_LOSS_REGISTRY."""
-    return sorted(core_algos().POLICY_LOSS_REGISTRY)
-
-
-def check_names(config: TrainerConfig) -> None:
-    """Raises TrainerConfigError listing the valid names when one is unknown."""
-    from swarmrl_server.trainer.config import TrainerConfigError
-
-    registry = core_algos().ADV_ESTIMATOR_REGISTRY
-    if config.adv_estimator in NEEDS_MORE_THAN_REWARDS:
-        raise TrainerConfigError(
-            f"adv_estimator={config.adv_estimator!r} needs "
-            f"{NEEDS_MORE_THAN_REWARDS[config.adv_estimator]}, which swarmrl does not provide; "
-            f"valid: {', '.join(valid_adv_estimators())}"
-        )
-    if config.adv_estimator not in registry:
-        raise TrainerConfigError(
-            f"unknown adv_estimator {config.adv_estimator!r}; valid (verl's registry): "
-            f"{', '.join(valid_adv_estimators())}"
-        )
-    if config.policy_loss not in core_algos().POLICY_LOSS_REGISTRY:
-        raise TrainerConfigError(
-            f"unknown policy_loss {config.policy_loss!r}; valid (verl's registry): "
-            f"{', '.join(valid_policy_losses())}"
-        )
-    if config.loss_agg_mode not in LOSS_AGG_MODES:
-        raise TrainerConfigError(
-            f"unknown loss_agg_mode {config.loss_agg_mode!r}; valid: {', '.join(LOSS_AGG_MODES)}"
-        )
-    base = config.kl_penalty.removesuffix("+")
-    if base not in KL_PENALTIES:
-        raise TrainerConfigError(
-            f"unknown kl_penalty {config.kl_penalty!r}; valid: {', '.join(KL_PENALTIES)} "
-            "(optionally with a + suffix)"
-        )
-
 
 def algo_config(config: TrainerConfig) -> Any:
     from verl.trainer.config.algorithm import AlgoConfig

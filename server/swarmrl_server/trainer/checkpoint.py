@@ -30,7 +30,7 @@ import torch
 
 STATE_FILE = "trainer_state.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                     "vocab.json", "merges.txt", "chat_template.jinja", "generation_config.json")
 
 
@@ -75,7 +75,7 @@ def save(
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         if source_dir is not None:  # the tokenizer, so the checkpoint is servable as is
-            for name in _TOKENIZER_FILES:
+            for name in TOKENIZER_FILES:
                 if (source_dir / name).is_file() and not (tmp / name).exists():
                     shutil.copy2(source_dir / name, tmp / name)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, get_type_hints
 
+from swarmrl_server.trainer import choices
+
 BATCH_RULES = ("episodes", "groups", "varied_groups", "clients")
 PARTIAL_GROUPS = ("wait", "train")
 TASK_MIX_SHORT = ("wait", "fill")
@@ -202,9 +204,8 @@ class TrainerConfig:
         return dataclasses.asdict(self)
 
     def validate(self) -> None:
-        """Checks ranges and choices, and names against verl's registries."""
-        from swarmrl_server.trainer.algorithms import check_names
-
+        """Checks ranges and choices, and names against verl's registries (`choices`, the
+        one module below this one)."""
         _choice("batch_rule", self.batch_rule, BATCH_RULES)
         _choice("partial_groups", self.partial_groups, PARTIAL_GROUPS)
         _choice("mode", self.mode, MODES)
@@ -237,11 +238,9 @@ class TrainerConfig:
             self.task_quotas()
         if self.max_pending and self.batch_rule == "clients":
             raise TrainerConfigError("max_pending cannot pace generation with batch_rule=clients")
-        from swarmrl_server.trainer.device import DeviceError, resolve
-
         try:
-            resolve(self.device)
-        except DeviceError as exc:
+            choices.resolve_device(self.device)
+        except choices.DeviceError as exc:
             raise TrainerConfigError(str(exc)) from None
         if self.workers < 1:
             raise TrainerConfigError(f"workers must be >= 1; got {self.workers}")
@@ -255,11 +254,30 @@ class TrainerConfig:
             raise TrainerConfigError(
                 "grad_checkpointing cannot be combined with packing: the tree forward keeps "
                 "K/V blocks across calls, which recomputation in backward cannot see")
-        check_names(self)
-        if self.packing:
-            from swarmrl_server.trainer.trainer import packed_forward
+        try:
+            choices.check_names(adv_estimator=self.adv_estimator, policy_loss=self.policy_loss,
+                                loss_agg_mode=self.loss_agg_mode, kl_penalty=self.kl_penalty)
+        except choices.UnknownName as exc:
+            raise TrainerConfigError(str(exc)) from None
 
-            packed_forward()
+
+def options_per_model(options: dict[str, str], models: list[str]) -> dict[str, dict[str, str]]:
+    """Each model's train options: the plain ``KEY=VALUE`` ones, overridden by its own
+    ``MODEL.KEY=VALUE`` ones (so two models trained at once can batch differently).
+    Every model's options are checked here, so a bad one stops start-up."""
+    shared = {k: v for k, v in options.items() if "." not in k}
+    out = {m: dict(shared) for m in models}
+    for key, value in options.items():
+        if "." not in key:
+            continue
+        model, _, option = key.partition(".")
+        if model not in out:
+            raise TrainerConfigError(
+                f"train option {key!r} names model {model!r}; hosted models: {', '.join(models)}")
+        out[model][option] = value
+    for model_options in out.values():
+        TrainerConfig.from_options(model_options)
+    return out
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:

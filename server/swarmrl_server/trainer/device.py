@@ -25,26 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-DEVICES = ("auto", "cpu", "cuda")
-
-
-class DeviceError(ValueError):
-    """The requested device is not usable here."""
-
-
-def resolve(option: str) -> torch.device:
-    """`auto|cpu|cuda` (or `cuda:N`) to a torch device; cuda without a GPU is refused."""
-    if option == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if option == "cpu":
-        return torch.device("cpu")
-    if option == "cuda" or option.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise DeviceError(
-                f"device={option}: torch {torch.__version__} sees no CUDA GPU here "
-                "(use device=cpu or device=auto)")
-        return torch.device(option)
-    raise DeviceError(f"device={option!r} is not one of: {', '.join(DEVICES)} (or cuda:N)")
+# The device rule lives in `choices`, below config (which validates the option with it).
+from swarmrl_server.trainer.choices import DeviceError
+from swarmrl_server.trainer.choices import resolve_device as resolve
 
 
 @dataclass(frozen=True)

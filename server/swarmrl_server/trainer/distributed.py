@@ -42,8 +42,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from swarmrl_server.trainer.device import Placement, enable_gradient_checkpointing
-from swarmrl_server.trainer.step import EpisodeRows, StepRunner, StepStats
+from swarmrl_server.trainer.config import TrainerConfig
+from swarmrl_server.trainer.device import Placement
+from swarmrl_server.trainer.setup import build_optimizer, build_policy
+from swarmrl_server.trainer.step import EpisodeRows, StepRunner, StepStats, forward_for
 
 SHARDED_DIR = "sharded"
 """Sub-directory of a checkpoint that holds the DCP shards."""
@@ -77,8 +79,9 @@ def _fsdp_modules(model: torch.nn.Module) -> list[Any]:
 
 
 @dataclass
-class DataParallel:
-    """This worker's place in the group, and the group operations a step needs."""
+class FsdpDataParallel:
+    """This worker's place in the group, and the group operations a step needs
+    (`step.DataParallel`)."""
 
     rank: int
     world_size: int
@@ -187,17 +190,13 @@ class TrainerWorker:
     """One data-parallel worker: a shard of the model and optimizer, and its StepRunner.
 
     The same class runs in a `torch.multiprocessing` process (tests) or as a Ray actor
-    (`scale/ray_placement.py`). Every method is a collective: call it on all workers.
+    (`ray_group.py`). Every method is a collective: call it on all workers.
     """
 
     def __init__(
         self, rank: int, world_size: int, master_addr: str, master_port: int,
         model_path: str, config: dict[str, Any], *, forward: str = "auto",
     ) -> None:
-        from swarmrl_server.models import load_model
-        from swarmrl_server.trainer.config import TrainerConfig
-        from swarmrl_server.trainer.device import Placement
-
         self.config = TrainerConfig(**config)
         self.placement = Placement.for_option(self.config.device)
         if self.placement.device.type == "cuda" and self.placement.device.index is None:
@@ -212,24 +211,14 @@ class TrainerWorker:
                 init_method=f"tcp://{master_addr}:{master_port}",
                 timeout=timedelta(minutes=10))
         self.rank, self.world_size = rank, world_size
-        torch.manual_seed(self.config.seed)
-        model, tokenizer = load_model(Path(model_path))
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        if self.config.grad_checkpointing:
-            enable_gradient_checkpointing(model)
-        shard_model(model, self.placement.device)
-        self.model = model
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay,
-            betas=(self.config.adam_beta1, self.config.adam_beta2))
-        fwd = None
-        if forward == "tree" or (forward == "auto" and self.config.packing):
-            from swarmrl_server.timelines.logprobs import forward_tree
-
-            fwd = forward_tree
-        self.runner = StepRunner(model, self.optimizer, self.config, pad_id=int(pad),
-                                 forward=fwd, placement=self.placement,
-                                 dp=DataParallel(rank, world_size))
+        policy = build_policy(Path(model_path), self.config, placement=None)
+        shard_model(policy.model, self.placement.device)
+        self.model = policy.model
+        self.optimizer = build_optimizer(policy.model, self.config)
+        self.runner = StepRunner(
+            policy.model, self.optimizer, self.config, pad_id=policy.pad_id,
+            forward=forward_for(forward == "tree" or (forward == "auto" and self.config.packing)),
+            placement=self.placement, dp=FsdpDataParallel(rank, world_size))
 
     def step(self, episodes_blob: bytes, advantages_E_L: torch.Tensor) -> StepStats:
         """One training step on the whole batch (pickled EpisodeRows; each takes its share)."""

@@ -1,52 +1,59 @@
-"""Attaches a trainer to every trainable model of a started swarm (`swarmrl serve --train`)."""
+"""Where a trainer's model and optimizer are built: the one place every worker group
+(in-process or one FSDP2 shard per Ray actor) gets them from.
+
+The seams: `build_policy` loads the weights to train (the place to wrap them, e.g. in
+adapters), `build_optimizer` decides which parameters AdamW updates (those that require
+grad), `build_reference` loads the frozen model of the KL penalty. Checkpoints
+(`checkpoint.py`, `distributed.save_sharded`) save and load whatever these built, and
+`WorkerGroup.weights()` is what the engines are sent.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
 
-from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
+import torch
 
-if TYPE_CHECKING:
-    from swarmrl_server.config import ServerConfig
-    from swarmrl_server.swarm import Swarm
-
-
-async def attach_trainers(swarm: Swarm, config: ServerConfig) -> None:
-    """Parses the train options (a bad one stops start-up with the valid choices listed),
-    then starts one trainer per trainable model, resuming from `config.resume` if set."""
-    from swarmrl_server.trainer.trainer import Trainer
-
-    per_model = options_per_model(config.train_options, list(swarm.models))
-    for name, options in per_model.items():
-        workers = TrainerConfig.from_options(options).workers
-        if workers > 1 and not config.ray:
-            raise TrainerConfigError(
-                f"model {name}: workers={workers} places FSDP2 workers with Ray: add --ray "
-                "(and --ray-address for an existing cluster)")
-    for host in swarm.models.values():
-        if not host.trainable:
-            continue
-        trainer = Trainer(swarm, host, TrainerConfig.from_options(per_model[host.name]))
-        await trainer.start(resume=config.resume)
-        host.trainer = trainer
+from swarmrl_server.models import load_model
+from swarmrl_server.trainer.config import TrainerConfig
+from swarmrl_server.trainer.config import options_per_model as options_per_model
+from swarmrl_server.trainer.device import Placement, enable_gradient_checkpointing
 
 
-def options_per_model(options: dict[str, str], models: list[str]) -> dict[str, dict[str, str]]:
-    """Each model's train options: the plain ``KEY=VALUE`` ones, overridden by its own
-    ``MODEL.KEY=VALUE`` ones (so two models trained at once can batch differently).
-    Every model's options are checked here, so a bad one stops start-up."""
-    from swarmrl_server.trainer.config import TrainerConfigError
+@dataclass
+class Policy:
+    """The model being trained, on its device and in train mode, and its pad token."""
 
-    shared = {k: v for k, v in options.items() if "." not in k}
-    out = {m: dict(shared) for m in models}
-    for key, value in options.items():
-        if "." not in key:
-            continue
-        model, _, option = key.partition(".")
-        if model not in out:
-            raise TrainerConfigError(
-                f"train option {key!r} names model {model!r}; hosted models: {', '.join(models)}")
-        out[model][option] = value
-    for model_options in out.values():
-        TrainerConfig.from_options(model_options)
-    return out
+    model: torch.nn.Module
+    pad_id: int
+
+
+def build_policy(path: Path, config: TrainerConfig, placement: Placement | None) -> Policy:
+    """Loads the weights at `path` (seeded, fp32 master weights), with gradient
+    checkpointing when asked. `placement=None` leaves the model on the CPU for a caller
+    that places it itself (FSDP2 shards it onto the device)."""
+    torch.manual_seed(config.seed)
+    model, tokenizer = load_model(path)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if placement is not None:
+        model.to(placement.device)  # type: ignore[arg-type]
+    if config.grad_checkpointing:
+        enable_gradient_checkpointing(model)
+    model.train()
+    return Policy(model, int(pad))
+
+
+def build_reference(path: Path, placement: Placement) -> torch.nn.Module:
+    """The frozen initial model the KL penalty compares with."""
+    ref, _ = load_model(path)
+    ref.requires_grad_(False)
+    ref.to(placement.device)  # type: ignore[arg-type]
+    return ref
+
+
+def build_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.Optimizer:
+    """AdamW over the parameters that require grad (all of them, for full fine-tuning)."""
+    return torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=config.lr,
+        weight_decay=config.weight_decay, betas=(config.adam_beta1, config.adam_beta2))

@@ -24,24 +24,34 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from swarmrl_server.store.records import EpisodeRecord
-from swarmrl_server.timelines.logprobs import forward_timelines
+from swarmrl_server.timelines.logprobs import forward_timelines, forward_tree
 from swarmrl_server.timelines.merge import MergeStats, Timeline, merge_calls
 from swarmrl_server.trainer import algorithms
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.device import CPU, Placement
 
-if TYPE_CHECKING:
-    from swarmrl_server.trainer.distributed import DataParallel
-
 ForwardFn = Callable[
     [torch.nn.Module, Sequence[Timeline], int], tuple[list[torch.Tensor], list[torch.Tensor]]
 ]
 """(model, rows, pad id) -> per-row logprobs and entropies aligned with token_ids[1:]."""
+
+
+def forward_for(packing: bool) -> ForwardFn:
+    """The forward a step runs: row by row, or tree-packed (`packing=true`: shared token
+    prefixes computed once; identical prefixes give identical activations under causal
+    attention, whichever episodes they belong to, so a GRPO group's common prompt is the
+    big win)."""
+    return forward_tree if packing else forward_timelines
+
+
+def packed_forward() -> ForwardFn:
+    """The tree-packed forward (`forward_for(packing=True)`)."""
+    return forward_for(True)
 
 
 @dataclass
@@ -136,6 +146,14 @@ def gather(
     return torch.stack(out)
 
 
+def batch_advantages(episodes: Sequence[EpisodeRows], config: TrainerConfig) -> torch.Tensor:
+    """`[E, L]` advantages of the whole batch, computed once by the controller: groups are
+    compared across mini-batches and across data-parallel workers."""
+    rewards_E = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
+    return algorithms.compute_advantages(
+        rewards_E, generated_mask(episodes), [e.uid for e in episodes], config)
+
+
 @dataclass
 class StepStats:
     """What one step did (summed or token-weighted over its micro-batches)."""
@@ -174,6 +192,23 @@ class StepStats:
         return out
 
 
+class DataParallel(Protocol):
+    """What a step asks of its data-parallel group (`distributed.FsdpGroup` implements it):
+    this worker's share of a mini-batch, the collectives around gradient accumulation, and
+    the step's totals over all workers."""
+
+    world_size: int
+
+    def share(self, episodes: Sequence[EpisodeRows]) -> list[int]: ...
+
+    def begin_accumulation(self, model: torch.nn.Module) -> None: ...
+
+    def finish_accumulation(
+        self, model: torch.nn.Module, pad_id: int, placement: Placement) -> None: ...
+
+    def merge(self, stats: StepStats) -> StepStats: ...
+
+
 class StepRunner:
     """Runs training steps for one model: owns its verl ActorConfig and forward function."""
 
@@ -200,11 +235,7 @@ class StepRunner:
         self.actor_cfg = algorithms.actor_config(config)
 
     def advantages(self, episodes: Sequence[EpisodeRows]) -> torch.Tensor:
-        """`[E, L]` advantages of the whole batch (groups are compared across mini-batches)."""
-        rewards_E = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
-        return algorithms.compute_advantages(
-            rewards_E, generated_mask(episodes), [e.uid for e in episodes], self.config
-        )
+        return batch_advantages(episodes, self.config)
 
     def run(
         self, episodes: Sequence[EpisodeRows], advantages_E_L: torch.Tensor | None = None
@@ -329,11 +360,3 @@ class StepRunner:
             loss = loss + self.config.kl_coef * kl_loss
             metrics["_kl_sum"] = float((kl_E_L.detach() * mask_E_L).sum())
         return loss, pg_loss.detach(), metrics
-
-
-def sequence_logprob(model: torch.nn.Module, episode: EpisodeRows, pad_id: int) -> float:
-    """Sum of the current logprobs of an episode's generated tokens (tests, diagnostics)."""
-    with torch.no_grad():
-        logprobs_R, _ = forward_timelines(model, episode.rows, pad_id)
-        return float(gather([episode], logprobs_R, max(episode.num_generated, 1)).sum())
-

@@ -22,28 +22,20 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
-import torch
 
 from swarmrl_server.errors import Reason, precondition
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
-from swarmrl_server.timelines.flops import ModelShape
 from swarmrl_server.timelines.merge import MergeStats
 from swarmrl_server.timelines.pack import plan_packing
 from swarmrl_server.trainer import breakdown, checkpoint, metrics
 from swarmrl_server.trainer.batching import Batcher, BatchPlan
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
-from swarmrl_server.trainer.device import Placement, enable_gradient_checkpointing
 from swarmrl_server.trainer.history import LOST_WEIGHTS, Recovery, VersionHistory
-from swarmrl_server.trainer.step import (
-    EpisodeRows,
-    ForwardFn,
-    StepRunner,
-    episode_rows,
-    generated_mask,
-)
+from swarmrl_server.trainer.step import EpisodeRows, batch_advantages, episode_rows, generated_mask
+from swarmrl_server.trainer.workers import WorkerGroup, start_group
 
 if TYPE_CHECKING:
     from swarmrl_server.hosting import ModelHost
@@ -53,22 +45,6 @@ log = structlog.get_logger("swarmrl.trainer")
 
 POLL_S = 1.0
 """How often the loop re-checks without a wake-up (client sessions come and go)."""
-
-
-def packed_forward() -> ForwardFn:
-    """The tree-packed forward (shared prefixes computed once), for `packing=true`.
-
-    It shares prefixes across the whole micro-batch: identical token prefixes give
-    identical activations under causal attention, whichever episodes they belong to
-    (a GRPO group's common prompt is the big win)."""
-    try:
-        from swarmrl_server.timelines.logprobs import forward_tree
-    except ImportError as exc:
-        raise TrainerConfigError(
-            "packing=true needs swarmrl_server.timelines.logprobs.forward_tree, which this "
-            "build does not have"
-        ) from exc
-    return forward_tree
 
 
 class Trainer:
@@ -100,7 +76,6 @@ class Trainer:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # a step and a checkpoint never overlap
-        self._stepped = asyncio.Condition()
         self._last_step_end = time.monotonic()
         self._paused_reason: str | None = None
         self._unreported: dict[str, int] = {}
@@ -108,19 +83,15 @@ class Trainer:
         self.recovery = Recovery()
         self._recovery_unreported = True
         self.offpolicy_lost = 0
-        self.model: Any = None
-        self.runner: StepRunner | None = None
-        self.group: Any = None
-        """With workers > 1: the FSDP2 workers (scale.ray_placement.RayTrainerGroup), which
-        then stand in for `runner` and `model`."""
+        self.group: WorkerGroup | None = None
+        """Whoever holds the weights and runs the steps (`workers.start_group`)."""
         self.writer: metrics.MetricsWriter | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self, resume: Path | None = None) -> None:
         """Loads the model (and a checkpoint), picks up unconsumed episodes, starts the loop."""
-        forward = packed_forward() if self.config.packing else None
-        await asyncio.to_thread(self._build, forward)
+        self.group = group = await asyncio.to_thread(start_group, self.host.path, self.config)
         store = self.swarm.store
         if self.config.lost_weights not in LOST_WEIGHTS:
             raise TrainerConfigError(f"lost_weights must be one of {LOST_WEIGHTS}")
@@ -130,12 +101,7 @@ class Trainer:
                 resume = root
         if resume is not None:
             path = checkpoint.resolve(resume, self.name)
-            if self.group is not None:
-                state = await asyncio.to_thread(self.group.load, path)
-            else:
-                assert self.runner is not None
-                state = await asyncio.to_thread(
-                    checkpoint.load_into, path, self.model, self.runner.optimizer)
+            state = await asyncio.to_thread(group.load, path)
             if state.model != self.name:
                 raise TrainerConfigError(
                     f"checkpoint {path} is of model {state.model!r}, not {self.name!r}")
@@ -170,44 +136,6 @@ class Trainer:
         )
         self._task = asyncio.create_task(self._run(), name=f"trainer-{self.name}")
         self._wake.set()
-
-    def _build(self, forward: ForwardFn | None) -> None:
-        from swarmrl_server.models import load_model
-
-        if self.config.workers > 1:
-            from transformers import AutoConfig, AutoModelForCausalLM
-
-            from swarmrl_server.scale.ray_placement import RayTrainerGroup
-
-            self.group = RayTrainerGroup(self.host.path, self.config)  # type: ignore[arg-type]
-            self.runner = self.group
-            with torch.device("meta"):  # the model's shape, for metrics; no weights here
-                self.model = AutoModelForCausalLM.from_config(
-                    AutoConfig.from_pretrained(self.host.path, local_files_only=True))
-            return
-
-        torch.manual_seed(self.config.seed)
-        model, tokenizer = load_model(self.host.path)  # type: ignore[arg-type]
-        pad = tokenizer.pad_token_id
-        if pad is None:
-            pad = tokenizer.eos_token_id
-        placement = Placement.for_option(self.config.device, bf16=self.config.bf16)
-        model.to(placement.device)  # type: ignore[arg-type]
-        if self.config.grad_checkpointing:
-            enable_gradient_checkpointing(model)
-        model.train()
-        ref = None
-        if self.config.kl_coef > 0:
-            ref, _ = load_model(self.host.path)  # type: ignore[arg-type]
-            ref.requires_grad_(False)
-            ref.to(placement.device)  # type: ignore[arg-type]
-        optimizer = torch.optim.AdamW(
-            model.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay,
-            betas=(self.config.adam_beta1, self.config.adam_beta2),
-        )
-        self.model = model
-        self.runner = StepRunner(model, optimizer, self.config, pad_id=int(pad), ref_model=ref,
-                                 forward=forward, placement=placement)
 
     async def stop(self) -> None:
         """Finishes the step in progress, checkpoints (if configured) and stops."""
@@ -247,15 +175,6 @@ class Trainer:
         """The ended episodes waiting to be trained (for the live console)."""
         return list(self._pending.values())
 
-    async def wait_for_step(self, step: int, timeout: float = 60.0) -> None:
-        """Waits until `step` steps are done (tests, demos)."""
-        async def reached() -> None:
-            async with self._stepped:
-                await self._stepped.wait_for(lambda: self.step >= step or self.error is not None)
-        await asyncio.wait_for(reached(), timeout)
-        if self.error is not None:
-            raise RuntimeError(f"trainer {self.name} failed") from self.error
-
     # -- checkpoints -------------------------------------------------------------------
 
     async def save_checkpoint(self) -> Path:
@@ -266,7 +185,7 @@ class Trainer:
             return await self._save_checkpoint_locked()
 
     async def _save_checkpoint_locked(self) -> Path:
-        assert self.data_dir is not None and self.runner is not None
+        assert self.data_dir is not None and self.group is not None
         root = checkpoint.checkpoint_root(self.data_dir, self.name)
         consumed = await self.swarm.store.consumed_episodes(self.name)
         state = checkpoint.TrainerState(
@@ -274,14 +193,8 @@ class Trainer:
             config=self.config.to_dict(),
             consumed=sorted(e for e, s in consumed.items() if s <= self.step),
         )
-        if self.group is not None:
-            path = await asyncio.to_thread(self.group.save, root, state, source_dir=self.host.path,
-                                           keep=self.config.keep_checkpoints)
-        else:
-            path = await asyncio.to_thread(
-                checkpoint.save, root, state, self.model, self.runner.optimizer,
-                source_dir=self.host.path, keep=self.config.keep_checkpoints,
-            )
+        path = await asyncio.to_thread(self.group.save, root, state, source_dir=self.host.path,
+                                       keep=self.config.keep_checkpoints)
         self.last_checkpoint_step = self.step
         log.info("checkpoint_saved", model=self.name, step=self.step, path=str(path))
         return path
@@ -309,8 +222,6 @@ class Trainer:
         except Exception as exc:  # a bug must not take the server down; it stops training
             self.error = exc
             log.exception("trainer_failed", model=self.name, step=self.step)
-            async with self._stepped:
-                self._stepped.notify_all()
         finally:
             await self._resume_generation()
 
@@ -384,21 +295,21 @@ class Trainer:
         return kept, staleness, merged
 
     async def _train(self, plan: BatchPlan) -> None:
-        assert self.runner is not None and self.writer is not None
+        assert self.group is not None and self.writer is not None
         t0 = time.monotonic()
         wait_s = t0 - self._last_step_end
         dropped: dict[str, list[EpisodeRecord]] = {k: list(v) for k, v in plan.dropped.items()}
         episodes, staleness, merged = self._rows(plan, dropped)
         if episodes and self.config.packing:  # the batch's packing ratio, for the metrics
-            plan_packing([r for e in episodes for r in e.rows], ModelShape.from_model(self.model),
+            plan_packing([r for e in episodes for r in e.rows], self.group.shape,
                          stats=merged)
         values: dict[str, float] = {}
         if episodes and self.config.mode == "sync":
             await self._pause_generation(f"training step {self.step + 1} of {self.name}")
         try:
             if episodes:
-                advantages_E_L = self.runner.advantages(episodes)
-                stats = await asyncio.to_thread(self.runner.run, episodes, advantages_E_L)
+                advantages_E_L = batch_advantages(episodes, self.config)
+                stats = await asyncio.to_thread(self.group.step, episodes, advantages_E_L)
                 t_push = time.monotonic()
                 # Logged durably before use, above every version ever issued.
                 self.policy_version = await self.history.issue(self.policy_version, self.step + 1)
@@ -451,8 +362,6 @@ class Trainer:
         if (self.config.checkpoint_every and self.data_dir is not None
                 and self.step % self.config.checkpoint_every == 0):
             await self._save_checkpoint_locked()
-        async with self._stepped:
-            self._stepped.notify_all()
 
     def _count_drops(
         self, dropped: dict[str, list[EpisodeRecord]], values: dict[str, float]
@@ -473,13 +382,7 @@ class Trainer:
 
     async def _push_weights(self) -> None:
         """Serves the trainer's weights at its policy version and tells the clients."""
-        state = await asyncio.to_thread(self._weights)
+        assert self.group is not None
+        state = await asyncio.to_thread(self.group.weights)
         await self.host.engine.update_weights(state, self.policy_version)
         await self.swarm.policy_version_changed(self.name, self.policy_version)
-
-    def _weights(self) -> dict[str, torch.Tensor]:
-        """The trained weights on CPU (gathered from the workers' shards when sharded)."""
-        if self.group is not None:
-            weights: dict[str, torch.Tensor] = self.group.state_dict()
-            return weights
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
