@@ -183,3 +183,41 @@ async def test_live_view_and_viewer_need_an_admin_key_when_keys_are_set(
             assert page.status_code == 200 and "/view/?key=adm-key" in page.text  # links keep it
     finally:
         await running.stop()
+
+
+async def test_live_snapshot_is_one_message_over_grpc_and_as_json(
+        tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> None:
+    """GetLiveSnapshot (admin only) and GET /swarmrl/live answer the same LiveSnapshot."""
+    from tests.http_fixtures import _start
+
+    running = await _start({"data_dir": tmp_path / "data", "cache_dir": model_cache,
+                            "admin_keys": ("adm-key",), "client_keys": ("cli-key",)})
+    try:
+        admin = swarmrl.ClientConfig(target=running.grpc_target, api_key="adm-key")
+        async with swarmrl.AsyncSwarmClient(config=admin) as client:
+            async with client.episode(task_id="live") as ep:
+                await ep.chat([{"role": "user", "content": "Hi"}], max_tokens=2)
+                rpc = await client.live_snapshot()
+                await ep.reward(1.0)
+        plain = swarmrl.ClientConfig(target=running.grpc_target, api_key="cli-key")
+        async with swarmrl.AsyncSwarmClient(config=plain) as client:
+            with pytest.raises(swarmrl.PermissionDeniedError):
+                await client.live_snapshot()
+        async with httpx.AsyncClient(base_url=running.http.base_url) as http:
+            response = await http.get("/swarmrl/live", headers={"Authorization": "Bearer adm-key"})
+        assert response.status_code == 200
+        page = response.json()
+    finally:
+        await running.stop()
+    # One call made and one episode open when the RPC answered; ended by the time of the page.
+    assert rpc["totals"] == {"calls": 1.0, "prompt_tokens": rpc["totals"]["prompt_tokens"],
+                             "completion_tokens": 2.0}
+    assert [e["task_id"] for e in rpc["open_episodes"]] == ["live"]
+    assert rpc["episodes"] == {"open": 1, "ended": 0.0, "aborted": 0.0}
+    assert page["episodes"] == {"open": 0, "ended": 1.0, "aborted": 0.0}
+    assert page["server_instance"] == rpc["server_instance"] and page["open_episodes"] == []
+    assert page["totals"] == rpc["totals"]
+    model = page["models"][0]
+    assert model["name"] == "tiny" and "trainer" not in model  # not trained: left out
+    assert model["engine_waiting"] == 0 and isinstance(model["policy_version"], int)
+    assert set(page) == set(rpc)  # the same message, every field written

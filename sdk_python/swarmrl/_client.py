@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
+from typing import Any
 
 from swarmrl import _convert
 from swarmrl._compat import Self
@@ -203,6 +204,16 @@ class AsyncSwarmClient:
             retryable=True,
         )
         return _convert.clients_from_proto(response)
+
+    async def live_snapshot(self) -> dict[str, Any]:
+        """What the server is doing now (trainer progress per task, open episodes, call
+        and token totals, recent errors), as the JSON that ``GET /swarmrl/live`` serves:
+        the protos' LiveSnapshot, field names as there. Needs an admin key."""
+        response = await self._transport.unary(
+            "GetLiveSnapshot", lambda s: s.admin.GetLiveSnapshot,
+            admin_pb2.GetLiveSnapshotRequest(), retryable=True,
+        )
+        return _convert.live_from_proto(response.snapshot)
 
     async def declare_done(self, model: str | None = None) -> None:
         """Declares this client's share of the current training batch done.

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from swarmrl._errors import InvalidArgumentError
@@ -311,3 +312,11 @@ def event_from_proto(event: session_pb2.WatchEventsResponse) -> Event | None:
     if kind == "draining":
         return Draining(seq, event.draining.grace.ToTimedelta().total_seconds())
     return None
+
+
+def live_from_proto(live: admin_pb2.LiveSnapshot) -> dict[str, Any]:
+    """A LiveSnapshot in proto3's JSON mapping, as GET /swarmrl/live serves it (field names
+    as in the protos, defaults written, unset optional fields left out)."""
+    return json_format.MessageToDict(
+        live, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )

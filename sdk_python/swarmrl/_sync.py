@@ -389,6 +389,11 @@ class SwarmClient:
         `AsyncSwarmClient.list_clients`)."""
         return self._runner.run(self._async.list_clients())
 
+    def live_snapshot(self) -> dict[str, Any]:
+        """What the server is doing now, as ``GET /swarmrl/live``'s JSON (see
+        `AsyncSwarmClient.live_snapshot`)."""
+        return self._runner.run(self._async.live_snapshot())
+
     def declare_done(self, model: str | None = None) -> None:
         """Declares this client's share of the current batch done (see
         `AsyncSwarmClient.declare_done`)."""

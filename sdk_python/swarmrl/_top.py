@@ -1,21 +1,18 @@
 """``swarmrl top``: a live terminal view of a swarm server, drawn with rich.
 
-Two sources, both read-only: the gRPC admin API (``GetStatus``: server state, models
-and their policy versions; ``ListClients``: live clients and agent versions) and the
-HTTP shim's ``/swarmrl/live`` JSON (trainer progress per task, open episodes, call
-and token totals, recent errors). Rates (calls/s, tokens/s) are the totals' change
-between two polls.
+Read-only, all from the gRPC admin API: ``GetStatus`` (server state, models and their
+policy versions), ``ListClients`` (live clients and agent versions) and
+``GetLiveSnapshot`` (trainer progress per task, open episodes, call and token totals,
+recent errors; the HTTP shim serves the same message as JSON at ``/swarmrl/live``).
+Rates (calls/s, tokens/s) are the totals' change between two polls.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,32 +29,24 @@ MAX_ROWS = 15
 
 @dataclass
 class Sample:
-    """One poll of both sources."""
+    """One poll of the admin API."""
 
     at: float
     status: ServerStatus
     clients: ClientList
     live: dict[str, Any]
-    """The /swarmrl/live JSON ({} when the HTTP shim could not be reached)."""
+    """The live snapshot (GetLiveSnapshot, as GET /swarmrl/live's JSON); {} when the
+    server refused it."""
     live_error: str = ""
 
 
-def fetch_live(http: str, api_key: str | None, timeout: float) -> dict[str, Any]:
-    request = urllib.request.Request(f"{http.rstrip('/')}/swarmrl/live")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (our URL)
-        data: dict[str, Any] = json.load(response)
-    return data
-
-
-def poll(client: SwarmClient, http: str, api_key: str | None, timeout: float) -> Sample:
+def poll(client: SwarmClient) -> Sample:
     status = client.status()
     clients = client.list_clients()
     try:
-        live, error = fetch_live(http, api_key, timeout), ""
-    except (OSError, ValueError) as err:  # URLError and HTTPError are OSErrors
-        live, error = {}, f"{http}/swarmrl/live: {err}"
+        live, error = client.live_snapshot(), ""
+    except SwarmError as err:  # e.g. a key without the admin role
+        live, error = {}, f"GetLiveSnapshot: {err}"
     return Sample(time.monotonic(), status, clients, live, error)
 
 
@@ -179,12 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="swarmrl top",
         description="Live console of a swarm server: models and policy versions, trainer "
                     "progress, clients, open episodes, calls/s and tokens/s, recent errors.",
-        epilog="example:\n  swarmrl top --target 127.0.0.1:50051 --http http://127.0.0.1:8000",
+        epilog="example:\n  swarmrl top --target 127.0.0.1:50051",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default=os.environ.get("SWARMRL_TARGET", DEFAULT_TARGET),
                    help="gRPC address HOST:PORT (default: $SWARMRL_TARGET or %(default)s)")
     p.add_argument("--http", default=os.environ.get("SWARMRL_HTTP", DEFAULT_HTTP),
-                   help="the server's HTTP shim (default: $SWARMRL_HTTP or %(default)s)")
+                   help="unused: the live view now comes over gRPC (GetLiveSnapshot); kept so "
+                        "that older command lines still parse")
     p.add_argument("--api-key", default=os.environ.get("SWARMRL_API_KEY"),
                    help="API key (an admin key when the server has keys; default: $SWARMRL_API_KEY)")
     p.add_argument("--tls", action="store_true", help="connect to gRPC with TLS")
@@ -208,20 +198,18 @@ def main(argv: Sequence[str] | None = None, *, console: Any = None) -> int:
     console = console or Console()
     config = ClientConfig(target=args.target, api_key=args.api_key or None, tls=args.tls,
                           retry=RetryPolicy(timeout=args.wait), call_timeout=max(args.wait, 1.0))
-    timeout = max(1.0, args.interval * 2)
     try:
         with SwarmClient(config=config) as client:
-            prev = poll(client, args.http, args.api_key, timeout)
+            prev = poll(client)
             if args.once:
                 time.sleep(args.interval)
-                console.print(render(args.target, prev, poll(client, args.http, args.api_key,
-                                                             timeout)))
+                console.print(render(args.target, prev, poll(client)))
                 return 0
             with Live(render(args.target, None, prev), console=console, screen=False,
                       auto_refresh=False) as view:
                 while True:
                     time.sleep(args.interval)
-                    cur = poll(client, args.http, args.api_key, timeout)
+                    cur = poll(client)
                     view.update(render(args.target, prev, cur), refresh=True)
                     prev = cur
     except SwarmError as err:

@@ -403,3 +403,426 @@ class AgentVersionInfo(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AgentVersionInfo: _TypeAlias = AgentVersionInfo  # noqa: Y015
+
+@_typing.final
+class GetLiveSnapshotRequest(_message.Message):
+    """Request of GetLiveSnapshot."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLiveSnapshotRequest: _TypeAlias = GetLiveSnapshotRequest  # noqa: Y015
+
+@_typing.final
+class GetLiveSnapshotResponse(_message.Message):
+    """Response of GetLiveSnapshot."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def snapshot(self) -> Global___LiveSnapshot:
+        """The server now."""
+
+    def __init__(
+        self,
+        *,
+        snapshot: Global___LiveSnapshot | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLiveSnapshotResponse: _TypeAlias = GetLiveSnapshotResponse  # noqa: Y015
+
+@_typing.final
+class LiveSnapshot(_message.Message):
+    """What a server is doing now. Numbers that may grow past 2^31 are doubles, so that
+    the JSON form (GET /swarmrl/live) keeps them numbers (proto3 JSON writes 64-bit
+    integers as strings); they are exact below 2^53.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SERVER_INSTANCE_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
+    SESSIONS_FIELD_NUMBER: _builtins.int
+    EPISODES_FIELD_NUMBER: _builtins.int
+    TOTALS_FIELD_NUMBER: _builtins.int
+    MODELS_FIELD_NUMBER: _builtins.int
+    OPEN_EPISODES_FIELD_NUMBER: _builtins.int
+    ERRORS_FIELD_NUMBER: _builtins.int
+    server_instance: _builtins.str
+    """Identifier of this server process; it changes when the server restarts."""
+    time: _builtins.float
+    """When the snapshot was taken, in seconds since the Unix epoch."""
+    paused: _builtins.str
+    """Why generation is paused; empty while it runs."""
+    sessions: _builtins.int
+    """Sessions with a live lease."""
+    @_builtins.property
+    def episodes(self) -> Global___LiveEpisodeCounts:
+        """Episodes open now, and finished since the data directory was created."""
+
+    @_builtins.property
+    def totals(self) -> Global___LiveTotals:
+        """Calls and tokens since the server started, all doors and models."""
+
+    @_builtins.property
+    def models(self) -> _containers.RepeatedCompositeFieldContainer[Global___LiveModel]:
+        """The hosted models."""
+
+    @_builtins.property
+    def open_episodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___LiveEpisode]:
+        """Open episodes, the longest open first (at most 200)."""
+
+    @_builtins.property
+    def errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___LiveError]:
+        """The most recent failed requests, oldest first (at most 20)."""
+
+    def __init__(
+        self,
+        *,
+        server_instance: _builtins.str = ...,
+        time: _builtins.float = ...,
+        paused: _builtins.str = ...,
+        sessions: _builtins.int = ...,
+        episodes: Global___LiveEpisodeCounts | None = ...,
+        totals: Global___LiveTotals | None = ...,
+        models: _abc.Iterable[Global___LiveModel] | None = ...,
+        open_episodes: _abc.Iterable[Global___LiveEpisode] | None = ...,
+        errors: _abc.Iterable[Global___LiveError] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["episodes", b"episodes", "totals", b"totals"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episodes", b"episodes", "errors", b"errors", "models", b"models", "open_episodes", b"open_episodes", "paused", b"paused", "server_instance", b"server_instance", "sessions", b"sessions", "time", b"time", "totals", b"totals"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiveSnapshot: _TypeAlias = LiveSnapshot  # noqa: Y015
+
+@_typing.final
+class LiveEpisodeCounts(_message.Message):
+    """Episode counts by state."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPEN_FIELD_NUMBER: _builtins.int
+    ENDED_FIELD_NUMBER: _builtins.int
+    ABORTED_FIELD_NUMBER: _builtins.int
+    open: _builtins.int
+    """Open now."""
+    ended: _builtins.float
+    """Ended."""
+    aborted: _builtins.float
+    """Aborted."""
+    def __init__(
+        self,
+        *,
+        open: _builtins.int = ...,
+        ended: _builtins.float = ...,
+        aborted: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted", b"aborted", "ended", b"ended", "open", b"open"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiveEpisodeCounts: _TypeAlias = LiveEpisodeCounts  # noqa: Y015
+
+@_typing.final
+class LiveTotals(_message.Message):
+    """Calls and tokens since the server started."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLS_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    COMPLETION_TOKENS_FIELD_NUMBER: _builtins.int
+    calls: _builtins.float
+    """Generation calls finished."""
+    prompt_tokens: _builtins.float
+    """Their prompt tokens."""
+    completion_tokens: _builtins.float
+    """Their completion tokens."""
+    def __init__(
+        self,
+        *,
+        calls: _builtins.float = ...,
+        prompt_tokens: _builtins.float = ...,
+        completion_tokens: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls", "completion_tokens", b"completion_tokens", "prompt_tokens", b"prompt_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiveTotals: _TypeAlias = LiveTotals  # noqa: Y015
+
+@_typing.final
+class LiveModel(_message.Message):
+    """One hosted model now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    POLICY_VERSION_FIELD_NUMBER: _builtins.int
+    TRAINABLE_FIELD_NUMBER: _builtins.int
+    INFLIGHT_FIELD_NUMBER: _builtins.int
+    ENGINE_WAITING_FIELD_NUMBER: _builtins.int
+    ENGINE_RUNNING_FIELD_NUMBER: _builtins.int
+    TRAINER_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The model's name."""
+    policy_version: _builtins.int
+    """Version of the weights serving new calls."""
+    trainable: _builtins.bool
+    """Whether the server trains it."""
+    inflight: _builtins.int
+    """Generations running or queued at the front doors."""
+    engine_waiting: _builtins.int
+    """Requests waiting in the engine for its next batch (engines that batch in process)."""
+    engine_running: _builtins.int
+    """Requests the engine runs now (engines that batch in process)."""
+    @_builtins.property
+    def trainer(self) -> Global___LiveTrainer:
+        """Its trainer, when it is trained."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        policy_version: _builtins.int = ...,
+        trainable: _builtins.bool = ...,
+        inflight: _builtins.int = ...,
+        engine_waiting: _builtins.int | None = ...,
+        engine_running: _builtins.int | None = ...,
+        trainer: Global___LiveTrainer | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_engine_running", b"_engine_running", "_engine_waiting", b"_engine_waiting", "engine_running", b"engine_running", "engine_waiting", b"engine_waiting", "trainer", b"trainer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_engine_running", b"_engine_running", "_engine_waiting", b"_engine_waiting", "engine_running", b"engine_running", "engine_waiting", b"engine_waiting", "inflight", b"inflight", "name", b"name", "policy_version", b"policy_version", "trainable", b"trainable", "trainer", b"trainer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__engine_running: _TypeAlias = _typing.Literal["engine_running"]  # noqa: Y015
+    _WhichOneofArgType__engine_running: _TypeAlias = _typing.Literal["_engine_running", b"_engine_running"]  # noqa: Y015
+    _WhichOneofReturnType__engine_waiting: _TypeAlias = _typing.Literal["engine_waiting"]  # noqa: Y015
+    _WhichOneofArgType__engine_waiting: _TypeAlias = _typing.Literal["_engine_waiting", b"_engine_waiting"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__engine_running) -> _WhichOneofReturnType__engine_running | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__engine_waiting) -> _WhichOneofReturnType__engine_waiting | None: ...
+
+Global___LiveModel: _TypeAlias = LiveModel  # noqa: Y015
+
+@_typing.final
+class LiveTrainer(_message.Message):
+    """A model's trainer now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LastEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    STEP_FIELD_NUMBER: _builtins.int
+    MAX_STEPS_FIELD_NUMBER: _builtins.int
+    POLICY_VERSION_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    BATCH_RULE_FIELD_NUMBER: _builtins.int
+    BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    GROUP_SIZE_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    """Optimizer steps taken."""
+    max_steps: _builtins.int
+    """Steps to take before stopping; 0 is no limit."""
+    policy_version: _builtins.int
+    """Version of the weights the trainer last published."""
+    pending: _builtins.int
+    """Ended episodes waiting to be trained on."""
+    error: _builtins.str
+    """The error that stopped the trainer; empty while it runs."""
+    batch_rule: _builtins.str
+    """How batches are formed (a train option, e.g. "episodes" or "groups")."""
+    batch_size: _builtins.int
+    """Episodes or groups per batch."""
+    group_size: _builtins.int
+    """Episodes per group."""
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___LiveTaskQueue]:
+        """Pending episodes per task, by task id."""
+
+    @_builtins.property
+    def last(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Headline metrics of the latest step (reward/mean, loss/total, time/step_s,
+        stale/mean, merge/compression), by the names metrics.jsonl uses.
+        """
+
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        max_steps: _builtins.int = ...,
+        policy_version: _builtins.int = ...,
+        pending: _builtins.int = ...,
+        error: _builtins.str = ...,
+        batch_rule: _builtins.str = ...,
+        batch_size: _builtins.int = ...,
+        group_size: _builtins.int = ...,
+        tasks: _abc.Iterable[Global___LiveTaskQueue] | None = ...,
+        last: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_rule", b"batch_rule", "batch_size", b"batch_size", "error", b"error", "group_size", b"group_size", "last", b"last", "max_steps", b"max_steps", "pending", b"pending", "policy_version", b"policy_version", "step", b"step", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiveTrainer: _TypeAlias = LiveTrainer  # noqa: Y015
+
+@_typing.final
+class LiveTaskQueue(_message.Message):
+    """Episodes of one task waiting to be trained on."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    """The task id."""
+    pending: _builtins.int
+    """Its pending episodes."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        pending: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiveTaskQueue: _TypeAlias = LiveTaskQueue  # noqa: Y015
+
+@_typing.final
+class LiveEpisode(_message.Message):
+    """An open episode."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODE_ID_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    AGENT_VERSION_FIELD_NUMBER: _builtins.int
+    MODELS_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    CALLS_FIELD_NUMBER: _builtins.int
+    IDLE_S_FIELD_NUMBER: _builtins.int
+    AGE_S_FIELD_NUMBER: _builtins.int
+    episode_id: _builtins.str
+    """The episode's id."""
+    task_id: _builtins.str
+    """Its task."""
+    agent_version: _builtins.str
+    """The agent version that started it."""
+    session_id: _builtins.str
+    """The session it belongs to."""
+    calls: _builtins.int
+    """Calls made so far."""
+    idle_s: _builtins.float
+    """Seconds since its last call (or its start)."""
+    age_s: _builtins.float
+    """Seconds since it started."""
+    @_builtins.property
+    def models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Models it may call."""
+
+    def __init__(
+        self,
+        *,
+        episode_id: _builtins.str = ...,
+        task_id: _builtins.str = ...,
+        agent_version: _builtins.str = ...,
+        models: _abc.Iterable[_builtins.str] | None = ...,
+        session_id: _builtins.str = ...,
+        calls: _builtins.int = ...,
+        idle_s: _builtins.float = ...,
+        age_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["age_s", b"age_s", "agent_version", b"agent_version", "calls", b"calls", "episode_id", b"episode_id", "idle_s", b"idle_s", "models", b"models", "session_id", b"session_id", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiveEpisode: _TypeAlias = LiveEpisode  # noqa: Y015
+
+@_typing.final
+class LiveError(_message.Message):
+    """A failed request."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIME_FIELD_NUMBER: _builtins.int
+    DOOR_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    time: _builtins.float
+    """When it failed, in seconds since the Unix epoch."""
+    door: _builtins.str
+    """The door it came through: "grpc" or "http"."""
+    method: _builtins.str
+    """The RPC or HTTP route."""
+    code: _builtins.str
+    """Its status: a gRPC code name or an HTTP status."""
+    message: _builtins.str
+    """The error message."""
+    def __init__(
+        self,
+        *,
+        time: _builtins.float = ...,
+        door: _builtins.str = ...,
+        method: _builtins.str = ...,
+        code: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "door", b"door", "message", b"message", "method", b"method", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiveError: _TypeAlias = LiveError  # noqa: Y015

@@ -67,6 +67,11 @@ class AdminServiceStub:
                 request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.ListClientsRequest.SerializeToString,
                 response_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.ListClientsResponse.FromString,
                 _registered_method=True)
+        self.GetLiveSnapshot = channel.unary_unary(
+                '/swarmrl.v1.AdminService/GetLiveSnapshot',
+                request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.GetLiveSnapshotRequest.SerializeToString,
+                response_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.GetLiveSnapshotResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -119,6 +124,17 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLiveSnapshot(self, request, context):
+        """What the server is doing now, for `swarmrl top`: trainer progress per task,
+        open episodes and their idle time, call and token totals, recent errors. Read
+        from memory, so polling it every second costs next to nothing; lists are
+        capped, counts are not. The HTTP shim serves the same message as JSON at
+        GET /swarmrl/live. Needs an admin key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -151,6 +167,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListClients,
                     request_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.ListClientsRequest.FromString,
                     response_serializer=swarmrl_dot_v1_dot_admin__service__pb2.ListClientsResponse.SerializeToString,
+            ),
+            'GetLiveSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLiveSnapshot,
+                    request_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.GetLiveSnapshotRequest.FromString,
+                    response_serializer=swarmrl_dot_v1_dot_admin__service__pb2.GetLiveSnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -318,6 +339,33 @@ class AdminService:
             '/swarmrl.v1.AdminService/ListClients',
             swarmrl_dot_v1_dot_admin__service__pb2.ListClientsRequest.SerializeToString,
             swarmrl_dot_v1_dot_admin__service__pb2.ListClientsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLiveSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/swarmrl.v1.AdminService/GetLiveSnapshot',
+            swarmrl_dot_v1_dot_admin__service__pb2.GetLiveSnapshotRequest.SerializeToString,
+            swarmrl_dot_v1_dot_admin__service__pb2.GetLiveSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,6 +51,13 @@ class AdminServiceStub:
     tasks, models, agent versions and episode counts, and the episode counts
     of every agent version the server has seen. Needs an admin key.
     """
+    GetLiveSnapshot: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.GetLiveSnapshotRequest, _admin_service_pb2.GetLiveSnapshotResponse]
+    """What the server is doing now, for `swarmrl top`: trainer progress per task,
+    open episodes and their idle time, call and token totals, recent errors. Read
+    from memory, so polling it every second costs next to nothing; lists are
+    capped, counts are not. The HTTP shim serves the same message as JSON at
+    GET /swarmrl/live. Needs an admin key.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -74,6 +81,13 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Lists the clients attached now (sessions with a live lease) with their
     tasks, models, agent versions and episode counts, and the episode counts
     of every agent version the server has seen. Needs an admin key.
+    """
+    GetLiveSnapshot: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.GetLiveSnapshotRequest, _admin_service_pb2.GetLiveSnapshotResponse]  # type: ignore[assignment]
+    """What the server is doing now, for `swarmrl top`: trainer progress per task,
+    open episodes and their idle time, call and token totals, recent errors. Read
+    from memory, so polling it every second costs next to nothing; lists are
+    capped, counts are not. The HTTP shim serves the same message as JSON at
+    GET /swarmrl/live. Needs an admin key.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -131,6 +145,19 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         """Lists the clients attached now (sessions with a live lease) with their
         tasks, models, agent versions and episode counts, and the episode counts
         of every agent version the server has seen. Needs an admin key.
+        """
+
+    @_abc_1.abstractmethod
+    def GetLiveSnapshot(
+        self,
+        request: _admin_service_pb2.GetLiveSnapshotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.GetLiveSnapshotResponse, _abc.Awaitable[_admin_service_pb2.GetLiveSnapshotResponse]]:
+        """What the server is doing now, for `swarmrl top`: trainer progress per task,
+        open episodes and their idle time, call and token totals, recent errors. Read
+        from memory, so polling it every second costs next to nothing; lists are
+        capped, counts are not. The HTTP shim serves the same message as JSON at
+        GET /swarmrl/live. Needs an admin key.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -28,6 +28,7 @@ ADMIN_ONLY = (
     "/swarmrl.v1.AdminService/ResumeGeneration",
     "/swarmrl.v1.AdminService/SaveCheckpoint",
     "/swarmrl.v1.AdminService/ListClients",  # names every client's sessions
+    "/swarmrl.v1.AdminService/GetLiveSnapshot",  # names open episodes and their tasks
 )
 
 

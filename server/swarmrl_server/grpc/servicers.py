@@ -15,6 +15,7 @@ from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import session_service_pb2 as s_pb
 from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
 from swarmrl_proto.v1 import types_pb2 as t_pb
+from swarmrl_server import live
 from swarmrl_server.engine.base import GenerationChunk
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.coalesce import coalesced
@@ -250,6 +251,10 @@ class AdminServicer(admin_grpc.AdminServiceServicer):
             ],
             agent_versions=[admin_pb.AgentVersionInfo(**vars(v)) for v in versions],
         )
+
+    @translate_errors
+    async def GetLiveSnapshot(self, request: admin_pb.GetLiveSnapshotRequest, context: Context) -> admin_pb.GetLiveSnapshotResponse:
+        return admin_pb.GetLiveSnapshotResponse(snapshot=live.snapshot(self.swarm))
 
     @translate_errors
     async def SaveCheckpoint(self, request: admin_pb.SaveCheckpointRequest, context: Context) -> admin_pb.SaveCheckpointResponse:

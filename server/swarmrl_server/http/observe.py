@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from swarmrl_server.grpc.auth import KeyRing, bearer
 from swarmrl_server.http.errors import HttpError
-from swarmrl_server.live import snapshot
+from swarmrl_server.live import snapshot_json
 from swarmrl_server.logs import new_request_id, request_scope
 from swarmrl_server.swarm import Swarm
 from swarmrl_server.telemetry import Telemetry, request_timer
@@ -76,8 +76,9 @@ def require_admin(keys: KeyRing | None) -> Callable[[Request], None]:
 
 
 def attach(app: FastAPI, swarm: Swarm, keys: KeyRing | None = None) -> None:
-    """Adds ``GET /metrics`` (Prometheus text format), ``GET /swarmrl/live`` (the JSON
-    `swarmrl top` polls) and the request-context middleware."""
+    """Adds ``GET /metrics`` (Prometheus text format), ``GET /swarmrl/live`` (the protos'
+    LiveSnapshot as JSON, as GetLiveSnapshot answers it) and the request-context
+    middleware."""
     telemetry = swarm.telemetry
     admin = [Depends(require_admin(keys))]
 
@@ -87,7 +88,7 @@ def attach(app: FastAPI, swarm: Swarm, keys: KeyRing | None = None) -> None:
 
     @app.get("/swarmrl/live", include_in_schema=False, dependencies=admin)
     async def live() -> dict[str, Any]:
-        return snapshot(swarm)
+        return snapshot_json(swarm)
 
     tokenizers = {n: getattr(h.engine, "tokenizer", None) for n, h in swarm.models.items()}
     source = EpisodeSource(swarm.store, {n: t for n, t in tokenizers.items() if t is not None},

@@ -31,6 +31,12 @@ type AdminServiceClient interface {
 	// tasks, models, agent versions and episode counts, and the episode counts
 	// of every agent version the server has seen. Needs an admin key.
 	ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error)
+	// What the server is doing now, for `swarmrl top`: trainer progress per task,
+	// open episodes and their idle time, call and token totals, recent errors. Read
+	// from memory, so polling it every second costs next to nothing; lists are
+	// capped, counts are not. The HTTP shim serves the same message as JSON at
+	// GET /swarmrl/live. Needs an admin key.
+	GetLiveSnapshot(ctx context.Context, in *GetLiveSnapshotRequest, opts ...grpc.CallOption) (*GetLiveSnapshotResponse, error)
 }
 
 type adminServiceClient struct {
@@ -95,6 +101,15 @@ func (c *adminServiceClient) ListClients(ctx context.Context, in *ListClientsReq
 	return out, nil
 }
 
+func (c *adminServiceClient) GetLiveSnapshot(ctx context.Context, in *GetLiveSnapshotRequest, opts ...grpc.CallOption) (*GetLiveSnapshotResponse, error) {
+	out := new(GetLiveSnapshotResponse)
+	err := c.cc.Invoke(ctx, "/swarmrl.v1.AdminService/GetLiveSnapshot", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility
@@ -113,6 +128,12 @@ type AdminServiceServer interface {
 	// tasks, models, agent versions and episode counts, and the episode counts
 	// of every agent version the server has seen. Needs an admin key.
 	ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error)
+	// What the server is doing now, for `swarmrl top`: trainer progress per task,
+	// open episodes and their idle time, call and token totals, recent errors. Read
+	// from memory, so polling it every second costs next to nothing; lists are
+	// capped, counts are not. The HTTP shim serves the same message as JSON at
+	// GET /swarmrl/live. Needs an admin key.
+	GetLiveSnapshot(context.Context, *GetLiveSnapshotRequest) (*GetLiveSnapshotResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -137,6 +158,9 @@ func (UnimplementedAdminServiceServer) SaveCheckpoint(context.Context, *SaveChec
 }
 func (UnimplementedAdminServiceServer) ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListClients not implemented")
+}
+func (UnimplementedAdminServiceServer) GetLiveSnapshot(context.Context, *GetLiveSnapshotRequest) (*GetLiveSnapshotResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetLiveSnapshot not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 
@@ -259,6 +283,24 @@ func _AdminService_ListClients_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetLiveSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLiveSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetLiveSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/swarmrl.v1.AdminService/GetLiveSnapshot",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetLiveSnapshot(ctx, req.(*GetLiveSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _AdminService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "swarmrl.v1.AdminService",
 	HandlerType: (*AdminServiceServer)(nil),
@@ -286,6 +328,10 @@ var _AdminService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListClients",
 			Handler:    _AdminService_ListClients_Handler,
+		},
+		{
+			MethodName: "GetLiveSnapshot",
+			Handler:    _AdminService_GetLiveSnapshot_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

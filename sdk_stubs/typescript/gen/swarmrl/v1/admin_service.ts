@@ -137,6 +137,162 @@ export interface AgentVersionInfo {
   meanReward: number;
 }
 
+/** Request of GetLiveSnapshot. */
+export interface GetLiveSnapshotRequest {
+}
+
+/** Response of GetLiveSnapshot. */
+export interface GetLiveSnapshotResponse {
+  /** The server now. */
+  snapshot: LiveSnapshot | undefined;
+}
+
+/**
+ * What a server is doing now. Numbers that may grow past 2^31 are doubles, so that
+ * the JSON form (GET /swarmrl/live) keeps them numbers (proto3 JSON writes 64-bit
+ * integers as strings); they are exact below 2^53.
+ */
+export interface LiveSnapshot {
+  /** Identifier of this server process; it changes when the server restarts. */
+  serverInstance: string;
+  /** When the snapshot was taken, in seconds since the Unix epoch. */
+  time: number;
+  /** Why generation is paused; empty while it runs. */
+  paused: string;
+  /** Sessions with a live lease. */
+  sessions: number;
+  /** Episodes open now, and finished since the data directory was created. */
+  episodes:
+    | LiveEpisodeCounts
+    | undefined;
+  /** Calls and tokens since the server started, all doors and models. */
+  totals:
+    | LiveTotals
+    | undefined;
+  /** The hosted models. */
+  models: LiveModel[];
+  /** Open episodes, the longest open first (at most 200). */
+  openEpisodes: LiveEpisode[];
+  /** The most recent failed requests, oldest first (at most 20). */
+  errors: LiveError[];
+}
+
+/** Episode counts by state. */
+export interface LiveEpisodeCounts {
+  /** Open now. */
+  open: number;
+  /** Ended. */
+  ended: number;
+  /** Aborted. */
+  aborted: number;
+}
+
+/** Calls and tokens since the server started. */
+export interface LiveTotals {
+  /** Generation calls finished. */
+  calls: number;
+  /** Their prompt tokens. */
+  promptTokens: number;
+  /** Their completion tokens. */
+  completionTokens: number;
+}
+
+/** One hosted model now. */
+export interface LiveModel {
+  /** The model's name. */
+  name: string;
+  /** Version of the weights serving new calls. */
+  policyVersion: number;
+  /** Whether the server trains it. */
+  trainable: boolean;
+  /** Generations running or queued at the front doors. */
+  inflight: number;
+  /** Requests waiting in the engine for its next batch (engines that batch in process). */
+  engineWaiting?:
+    | number
+    | undefined;
+  /** Requests the engine runs now (engines that batch in process). */
+  engineRunning?:
+    | number
+    | undefined;
+  /** Its trainer, when it is trained. */
+  trainer: LiveTrainer | undefined;
+}
+
+/** A model's trainer now. */
+export interface LiveTrainer {
+  /** Optimizer steps taken. */
+  step: number;
+  /** Steps to take before stopping; 0 is no limit. */
+  maxSteps: number;
+  /** Version of the weights the trainer last published. */
+  policyVersion: number;
+  /** Ended episodes waiting to be trained on. */
+  pending: number;
+  /** The error that stopped the trainer; empty while it runs. */
+  error: string;
+  /** How batches are formed (a train option, e.g. "episodes" or "groups"). */
+  batchRule: string;
+  /** Episodes or groups per batch. */
+  batchSize: number;
+  /** Episodes per group. */
+  groupSize: number;
+  /** Pending episodes per task, by task id. */
+  tasks: LiveTaskQueue[];
+  /**
+   * Headline metrics of the latest step (reward/mean, loss/total, time/step_s,
+   * stale/mean, merge/compression), by the names metrics.jsonl uses.
+   */
+  last: { [key: string]: number };
+}
+
+export interface LiveTrainer_LastEntry {
+  key: string;
+  value: number;
+}
+
+/** Episodes of one task waiting to be trained on. */
+export interface LiveTaskQueue {
+  /** The task id. */
+  taskId: string;
+  /** Its pending episodes. */
+  pending: number;
+}
+
+/** An open episode. */
+export interface LiveEpisode {
+  /** The episode's id. */
+  episodeId: string;
+  /** Its task. */
+  taskId: string;
+  /** The agent version that started it. */
+  agentVersion: string;
+  /** Models it may call. */
+  models: string[];
+  /** The session it belongs to. */
+  sessionId: string;
+  /** Calls made so far. */
+  calls: number;
+  /** Seconds since its last call (or its start). */
+  idleS: number;
+  /** Seconds since it started. */
+  ageS: number;
+}
+
+/** A failed request. */
+export interface LiveError {
+  /** When it failed, in seconds since the Unix epoch. */
+  time: number;
+  /** The door it came through: "grpc" or "http". */
+  door: string;
+  /** The RPC or HTTP route. */
+  method: string;
+  /** Its status: a gRPC code name or an HTTP status. */
+  code: string;
+  /** The error message. */
+  message: string;
+}
+
 function createBaseGetStatusRequest(): GetStatusRequest {
   return {};
 }
@@ -1458,6 +1614,1531 @@ export const AgentVersionInfo: MessageFns<AgentVersionInfo> = {
   },
 };
 
+function createBaseGetLiveSnapshotRequest(): GetLiveSnapshotRequest {
+  return {};
+}
+
+export const GetLiveSnapshotRequest: MessageFns<GetLiveSnapshotRequest> = {
+  encode(_: GetLiveSnapshotRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetLiveSnapshotRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetLiveSnapshotRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): GetLiveSnapshotRequest {
+    return {};
+  },
+
+  toJSON(_: GetLiveSnapshotRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetLiveSnapshotRequest>, I>>(base?: I): GetLiveSnapshotRequest {
+    return GetLiveSnapshotRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetLiveSnapshotRequest>, I>>(_: I): GetLiveSnapshotRequest {
+    const message = createBaseGetLiveSnapshotRequest();
+    return message;
+  },
+};
+
+function createBaseGetLiveSnapshotResponse(): GetLiveSnapshotResponse {
+  return { snapshot: undefined };
+}
+
+export const GetLiveSnapshotResponse: MessageFns<GetLiveSnapshotResponse> = {
+  encode(message: GetLiveSnapshotResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.snapshot !== undefined) {
+      LiveSnapshot.encode(message.snapshot, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetLiveSnapshotResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetLiveSnapshotResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.snapshot = LiveSnapshot.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetLiveSnapshotResponse {
+    return { snapshot: isSet(object.snapshot) ? LiveSnapshot.fromJSON(object.snapshot) : undefined };
+  },
+
+  toJSON(message: GetLiveSnapshotResponse): unknown {
+    const obj: any = {};
+    if (message.snapshot !== undefined) {
+      obj.snapshot = LiveSnapshot.toJSON(message.snapshot);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetLiveSnapshotResponse>, I>>(base?: I): GetLiveSnapshotResponse {
+    return GetLiveSnapshotResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetLiveSnapshotResponse>, I>>(object: I): GetLiveSnapshotResponse {
+    const message = createBaseGetLiveSnapshotResponse();
+    message.snapshot = (object.snapshot !== undefined && object.snapshot !== null)
+      ? LiveSnapshot.fromPartial(object.snapshot)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseLiveSnapshot(): LiveSnapshot {
+  return {
+    serverInstance: "",
+    time: 0,
+    paused: "",
+    sessions: 0,
+    episodes: undefined,
+    totals: undefined,
+    models: [],
+    openEpisodes: [],
+    errors: [],
+  };
+}
+
+export const LiveSnapshot: MessageFns<LiveSnapshot> = {
+  encode(message: LiveSnapshot, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.serverInstance !== "") {
+      writer.uint32(10).string(message.serverInstance);
+    }
+    if (message.time !== 0) {
+      writer.uint32(17).double(message.time);
+    }
+    if (message.paused !== "") {
+      writer.uint32(26).string(message.paused);
+    }
+    if (message.sessions !== 0) {
+      writer.uint32(32).int32(message.sessions);
+    }
+    if (message.episodes !== undefined) {
+      LiveEpisodeCounts.encode(message.episodes, writer.uint32(42).fork()).join();
+    }
+    if (message.totals !== undefined) {
+      LiveTotals.encode(message.totals, writer.uint32(50).fork()).join();
+    }
+    for (const v of message.models) {
+      LiveModel.encode(v!, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.openEpisodes) {
+      LiveEpisode.encode(v!, writer.uint32(66).fork()).join();
+    }
+    for (const v of message.errors) {
+      LiveError.encode(v!, writer.uint32(74).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveSnapshot {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveSnapshot();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.serverInstance = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.time = reader.double();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.paused = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.sessions = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.episodes = LiveEpisodeCounts.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.totals = LiveTotals.decode(reader, reader.uint32());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.models.push(LiveModel.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.openEpisodes.push(LiveEpisode.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.errors.push(LiveError.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveSnapshot {
+    return {
+      serverInstance: isSet(object.serverInstance)
+        ? globalThis.String(object.serverInstance)
+        : isSet(object.server_instance)
+        ? globalThis.String(object.server_instance)
+        : "",
+      time: isSet(object.time) ? globalThis.Number(object.time) : 0,
+      paused: isSet(object.paused) ? globalThis.String(object.paused) : "",
+      sessions: isSet(object.sessions) ? globalThis.Number(object.sessions) : 0,
+      episodes: isSet(object.episodes) ? LiveEpisodeCounts.fromJSON(object.episodes) : undefined,
+      totals: isSet(object.totals) ? LiveTotals.fromJSON(object.totals) : undefined,
+      models: globalThis.Array.isArray(object?.models) ? object.models.map((e: any) => LiveModel.fromJSON(e)) : [],
+      openEpisodes: globalThis.Array.isArray(object?.openEpisodes)
+        ? object.openEpisodes.map((e: any) => LiveEpisode.fromJSON(e))
+        : globalThis.Array.isArray(object?.open_episodes)
+        ? object.open_episodes.map((e: any) => LiveEpisode.fromJSON(e))
+        : [],
+      errors: globalThis.Array.isArray(object?.errors) ? object.errors.map((e: any) => LiveError.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: LiveSnapshot): unknown {
+    const obj: any = {};
+    if (message.serverInstance !== "") {
+      obj.serverInstance = message.serverInstance;
+    }
+    if (message.time !== 0) {
+      obj.time = floatToJson(message.time);
+    }
+    if (message.paused !== "") {
+      obj.paused = message.paused;
+    }
+    if (message.sessions !== 0) {
+      obj.sessions = Math.round(message.sessions);
+    }
+    if (message.episodes !== undefined) {
+      obj.episodes = LiveEpisodeCounts.toJSON(message.episodes);
+    }
+    if (message.totals !== undefined) {
+      obj.totals = LiveTotals.toJSON(message.totals);
+    }
+    if (message.models?.length) {
+      obj.models = message.models.map((e) => LiveModel.toJSON(e));
+    }
+    if (message.openEpisodes?.length) {
+      obj.openEpisodes = message.openEpisodes.map((e) => LiveEpisode.toJSON(e));
+    }
+    if (message.errors?.length) {
+      obj.errors = message.errors.map((e) => LiveError.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveSnapshot>, I>>(base?: I): LiveSnapshot {
+    return LiveSnapshot.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveSnapshot>, I>>(object: I): LiveSnapshot {
+    const message = createBaseLiveSnapshot();
+    message.serverInstance = object.serverInstance ?? "";
+    message.time = object.time ?? 0;
+    message.paused = object.paused ?? "";
+    message.sessions = object.sessions ?? 0;
+    message.episodes = (object.episodes !== undefined && object.episodes !== null)
+      ? LiveEpisodeCounts.fromPartial(object.episodes)
+      : undefined;
+    message.totals = (object.totals !== undefined && object.totals !== null)
+      ? LiveTotals.fromPartial(object.totals)
+      : undefined;
+    message.models = object.models?.map((e) => LiveModel.fromPartial(e)) || [];
+    message.openEpisodes = object.openEpisodes?.map((e) => LiveEpisode.fromPartial(e)) || [];
+    message.errors = object.errors?.map((e) => LiveError.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseLiveEpisodeCounts(): LiveEpisodeCounts {
+  return { open: 0, ended: 0, aborted: 0 };
+}
+
+export const LiveEpisodeCounts: MessageFns<LiveEpisodeCounts> = {
+  encode(message: LiveEpisodeCounts, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.open !== 0) {
+      writer.uint32(8).int32(message.open);
+    }
+    if (message.ended !== 0) {
+      writer.uint32(17).double(message.ended);
+    }
+    if (message.aborted !== 0) {
+      writer.uint32(25).double(message.aborted);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveEpisodeCounts {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveEpisodeCounts();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.open = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.ended = reader.double();
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.aborted = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveEpisodeCounts {
+    return {
+      open: isSet(object.open) ? globalThis.Number(object.open) : 0,
+      ended: isSet(object.ended) ? globalThis.Number(object.ended) : 0,
+      aborted: isSet(object.aborted) ? globalThis.Number(object.aborted) : 0,
+    };
+  },
+
+  toJSON(message: LiveEpisodeCounts): unknown {
+    const obj: any = {};
+    if (message.open !== 0) {
+      obj.open = Math.round(message.open);
+    }
+    if (message.ended !== 0) {
+      obj.ended = floatToJson(message.ended);
+    }
+    if (message.aborted !== 0) {
+      obj.aborted = floatToJson(message.aborted);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveEpisodeCounts>, I>>(base?: I): LiveEpisodeCounts {
+    return LiveEpisodeCounts.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveEpisodeCounts>, I>>(object: I): LiveEpisodeCounts {
+    const message = createBaseLiveEpisodeCounts();
+    message.open = object.open ?? 0;
+    message.ended = object.ended ?? 0;
+    message.aborted = object.aborted ?? 0;
+    return message;
+  },
+};
+
+function createBaseLiveTotals(): LiveTotals {
+  return { calls: 0, promptTokens: 0, completionTokens: 0 };
+}
+
+export const LiveTotals: MessageFns<LiveTotals> = {
+  encode(message: LiveTotals, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.calls !== 0) {
+      writer.uint32(9).double(message.calls);
+    }
+    if (message.promptTokens !== 0) {
+      writer.uint32(17).double(message.promptTokens);
+    }
+    if (message.completionTokens !== 0) {
+      writer.uint32(25).double(message.completionTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveTotals {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveTotals();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 9) {
+              break;
+            }
+
+            message.calls = reader.double();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.promptTokens = reader.double();
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.completionTokens = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveTotals {
+    return {
+      calls: isSet(object.calls) ? globalThis.Number(object.calls) : 0,
+      promptTokens: isSet(object.promptTokens)
+        ? globalThis.Number(object.promptTokens)
+        : isSet(object.prompt_tokens)
+        ? globalThis.Number(object.prompt_tokens)
+        : 0,
+      completionTokens: isSet(object.completionTokens)
+        ? globalThis.Number(object.completionTokens)
+        : isSet(object.completion_tokens)
+        ? globalThis.Number(object.completion_tokens)
+        : 0,
+    };
+  },
+
+  toJSON(message: LiveTotals): unknown {
+    const obj: any = {};
+    if (message.calls !== 0) {
+      obj.calls = floatToJson(message.calls);
+    }
+    if (message.promptTokens !== 0) {
+      obj.promptTokens = floatToJson(message.promptTokens);
+    }
+    if (message.completionTokens !== 0) {
+      obj.completionTokens = floatToJson(message.completionTokens);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveTotals>, I>>(base?: I): LiveTotals {
+    return LiveTotals.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveTotals>, I>>(object: I): LiveTotals {
+    const message = createBaseLiveTotals();
+    message.calls = object.calls ?? 0;
+    message.promptTokens = object.promptTokens ?? 0;
+    message.completionTokens = object.completionTokens ?? 0;
+    return message;
+  },
+};
+
+function createBaseLiveModel(): LiveModel {
+  return {
+    name: "",
+    policyVersion: 0,
+    trainable: false,
+    inflight: 0,
+    engineWaiting: undefined,
+    engineRunning: undefined,
+    trainer: undefined,
+  };
+}
+
+export const LiveModel: MessageFns<LiveModel> = {
+  encode(message: LiveModel, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.policyVersion !== 0) {
+      writer.uint32(16).int32(message.policyVersion);
+    }
+    if (message.trainable !== false) {
+      writer.uint32(24).bool(message.trainable);
+    }
+    if (message.inflight !== 0) {
+      writer.uint32(32).int32(message.inflight);
+    }
+    if (message.engineWaiting !== undefined) {
+      writer.uint32(40).int32(message.engineWaiting);
+    }
+    if (message.engineRunning !== undefined) {
+      writer.uint32(48).int32(message.engineRunning);
+    }
+    if (message.trainer !== undefined) {
+      LiveTrainer.encode(message.trainer, writer.uint32(58).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveModel {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveModel();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.policyVersion = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.trainable = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.inflight = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.engineWaiting = reader.int32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.engineRunning = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.trainer = LiveTrainer.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveModel {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      policyVersion: isSet(object.policyVersion)
+        ? globalThis.Number(object.policyVersion)
+        : isSet(object.policy_version)
+        ? globalThis.Number(object.policy_version)
+        : 0,
+      trainable: isSet(object.trainable) ? globalThis.Boolean(object.trainable) : false,
+      inflight: isSet(object.inflight) ? globalThis.Number(object.inflight) : 0,
+      engineWaiting: isSet(object.engineWaiting)
+        ? globalThis.Number(object.engineWaiting)
+        : isSet(object.engine_waiting)
+        ? globalThis.Number(object.engine_waiting)
+        : undefined,
+      engineRunning: isSet(object.engineRunning)
+        ? globalThis.Number(object.engineRunning)
+        : isSet(object.engine_running)
+        ? globalThis.Number(object.engine_running)
+        : undefined,
+      trainer: isSet(object.trainer) ? LiveTrainer.fromJSON(object.trainer) : undefined,
+    };
+  },
+
+  toJSON(message: LiveModel): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.policyVersion !== 0) {
+      obj.policyVersion = Math.round(message.policyVersion);
+    }
+    if (message.trainable !== false) {
+      obj.trainable = message.trainable;
+    }
+    if (message.inflight !== 0) {
+      obj.inflight = Math.round(message.inflight);
+    }
+    if (message.engineWaiting !== undefined) {
+      obj.engineWaiting = Math.round(message.engineWaiting);
+    }
+    if (message.engineRunning !== undefined) {
+      obj.engineRunning = Math.round(message.engineRunning);
+    }
+    if (message.trainer !== undefined) {
+      obj.trainer = LiveTrainer.toJSON(message.trainer);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveModel>, I>>(base?: I): LiveModel {
+    return LiveModel.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveModel>, I>>(object: I): LiveModel {
+    const message = createBaseLiveModel();
+    message.name = object.name ?? "";
+    message.policyVersion = object.policyVersion ?? 0;
+    message.trainable = object.trainable ?? false;
+    message.inflight = object.inflight ?? 0;
+    message.engineWaiting = object.engineWaiting ?? undefined;
+    message.engineRunning = object.engineRunning ?? undefined;
+    message.trainer = (object.trainer !== undefined && object.trainer !== null)
+      ? LiveTrainer.fromPartial(object.trainer)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseLiveTrainer(): LiveTrainer {
+  return {
+    step: 0,
+    maxSteps: 0,
+    policyVersion: 0,
+    pending: 0,
+    error: "",
+    batchRule: "",
+    batchSize: 0,
+    groupSize: 0,
+    tasks: [],
+    last: {},
+  };
+}
+
+export const LiveTrainer: MessageFns<LiveTrainer> = {
+  encode(message: LiveTrainer, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.step !== 0) {
+      writer.uint32(8).int32(message.step);
+    }
+    if (message.maxSteps !== 0) {
+      writer.uint32(16).int32(message.maxSteps);
+    }
+    if (message.policyVersion !== 0) {
+      writer.uint32(24).int32(message.policyVersion);
+    }
+    if (message.pending !== 0) {
+      writer.uint32(32).int32(message.pending);
+    }
+    if (message.error !== "") {
+      writer.uint32(42).string(message.error);
+    }
+    if (message.batchRule !== "") {
+      writer.uint32(50).string(message.batchRule);
+    }
+    if (message.batchSize !== 0) {
+      writer.uint32(56).int32(message.batchSize);
+    }
+    if (message.groupSize !== 0) {
+      writer.uint32(64).int32(message.groupSize);
+    }
+    for (const v of message.tasks) {
+      LiveTaskQueue.encode(v!, writer.uint32(74).fork()).join();
+    }
+    globalThis.Object.entries(message.last).forEach(([key, value]: [string, number]) => {
+      LiveTrainer_LastEntry.encode({ key: key as any, value }, writer.uint32(82).fork()).join();
+    });
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveTrainer {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveTrainer();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.step = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.maxSteps = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.policyVersion = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.pending = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.batchRule = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.batchSize = reader.int32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.groupSize = reader.int32();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.tasks.push(LiveTaskQueue.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            const entry10 = LiveTrainer_LastEntry.decode(reader, reader.uint32());
+            if (entry10.value !== undefined) {
+              message.last[entry10.key] = entry10.value;
+            }
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveTrainer {
+    return {
+      step: isSet(object.step) ? globalThis.Number(object.step) : 0,
+      maxSteps: isSet(object.maxSteps)
+        ? globalThis.Number(object.maxSteps)
+        : isSet(object.max_steps)
+        ? globalThis.Number(object.max_steps)
+        : 0,
+      policyVersion: isSet(object.policyVersion)
+        ? globalThis.Number(object.policyVersion)
+        : isSet(object.policy_version)
+        ? globalThis.Number(object.policy_version)
+        : 0,
+      pending: isSet(object.pending) ? globalThis.Number(object.pending) : 0,
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
+      batchRule: isSet(object.batchRule)
+        ? globalThis.String(object.batchRule)
+        : isSet(object.batch_rule)
+        ? globalThis.String(object.batch_rule)
+        : "",
+      batchSize: isSet(object.batchSize)
+        ? globalThis.Number(object.batchSize)
+        : isSet(object.batch_size)
+        ? globalThis.Number(object.batch_size)
+        : 0,
+      groupSize: isSet(object.groupSize)
+        ? globalThis.Number(object.groupSize)
+        : isSet(object.group_size)
+        ? globalThis.Number(object.group_size)
+        : 0,
+      tasks: globalThis.Array.isArray(object?.tasks)
+        ? object.tasks.map((e: any) => LiveTaskQueue.fromJSON(e))
+        : [],
+      last: isObject(object.last)
+        ? (globalThis.Object.entries(object.last) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+    };
+  },
+
+  toJSON(message: LiveTrainer): unknown {
+    const obj: any = {};
+    if (message.step !== 0) {
+      obj.step = Math.round(message.step);
+    }
+    if (message.maxSteps !== 0) {
+      obj.maxSteps = Math.round(message.maxSteps);
+    }
+    if (message.policyVersion !== 0) {
+      obj.policyVersion = Math.round(message.policyVersion);
+    }
+    if (message.pending !== 0) {
+      obj.pending = Math.round(message.pending);
+    }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
+    if (message.batchRule !== "") {
+      obj.batchRule = message.batchRule;
+    }
+    if (message.batchSize !== 0) {
+      obj.batchSize = Math.round(message.batchSize);
+    }
+    if (message.groupSize !== 0) {
+      obj.groupSize = Math.round(message.groupSize);
+    }
+    if (message.tasks?.length) {
+      obj.tasks = message.tasks.map((e) => LiveTaskQueue.toJSON(e));
+    }
+    if (message.last) {
+      const entries = globalThis.Object.entries(message.last) as [string, number][];
+      if (entries.length > 0) {
+        obj.last = {};
+        entries.forEach(([k, v]) => {
+          obj.last[k] = floatToJson(v);
+        });
+      }
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveTrainer>, I>>(base?: I): LiveTrainer {
+    return LiveTrainer.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveTrainer>, I>>(object: I): LiveTrainer {
+    const message = createBaseLiveTrainer();
+    message.step = object.step ?? 0;
+    message.maxSteps = object.maxSteps ?? 0;
+    message.policyVersion = object.policyVersion ?? 0;
+    message.pending = object.pending ?? 0;
+    message.error = object.error ?? "";
+    message.batchRule = object.batchRule ?? "";
+    message.batchSize = object.batchSize ?? 0;
+    message.groupSize = object.groupSize ?? 0;
+    message.tasks = object.tasks?.map((e) => LiveTaskQueue.fromPartial(e)) || [];
+    message.last = (globalThis.Object.entries(object.last ?? {}) as [string, number][]).reduce(
+      (acc: { [key: string]: number }, [key, value]: [string, number]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.Number(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseLiveTrainer_LastEntry(): LiveTrainer_LastEntry {
+  return { key: "", value: 0 };
+}
+
+export const LiveTrainer_LastEntry: MessageFns<LiveTrainer_LastEntry> = {
+  encode(message: LiveTrainer_LastEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0) {
+      writer.uint32(17).double(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveTrainer_LastEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveTrainer_LastEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.value = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveTrainer_LastEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+    };
+  },
+
+  toJSON(message: LiveTrainer_LastEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0) {
+      obj.value = floatToJson(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveTrainer_LastEntry>, I>>(base?: I): LiveTrainer_LastEntry {
+    return LiveTrainer_LastEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveTrainer_LastEntry>, I>>(object: I): LiveTrainer_LastEntry {
+    const message = createBaseLiveTrainer_LastEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? 0;
+    return message;
+  },
+};
+
+function createBaseLiveTaskQueue(): LiveTaskQueue {
+  return { taskId: "", pending: 0 };
+}
+
+export const LiveTaskQueue: MessageFns<LiveTaskQueue> = {
+  encode(message: LiveTaskQueue, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.taskId !== "") {
+      writer.uint32(10).string(message.taskId);
+    }
+    if (message.pending !== 0) {
+      writer.uint32(16).int32(message.pending);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveTaskQueue {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveTaskQueue();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.pending = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveTaskQueue {
+    return {
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+      pending: isSet(object.pending) ? globalThis.Number(object.pending) : 0,
+    };
+  },
+
+  toJSON(message: LiveTaskQueue): unknown {
+    const obj: any = {};
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    if (message.pending !== 0) {
+      obj.pending = Math.round(message.pending);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveTaskQueue>, I>>(base?: I): LiveTaskQueue {
+    return LiveTaskQueue.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveTaskQueue>, I>>(object: I): LiveTaskQueue {
+    const message = createBaseLiveTaskQueue();
+    message.taskId = object.taskId ?? "";
+    message.pending = object.pending ?? 0;
+    return message;
+  },
+};
+
+function createBaseLiveEpisode(): LiveEpisode {
+  return { episodeId: "", taskId: "", agentVersion: "", models: [], sessionId: "", calls: 0, idleS: 0, ageS: 0 };
+}
+
+export const LiveEpisode: MessageFns<LiveEpisode> = {
+  encode(message: LiveEpisode, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.episodeId !== "") {
+      writer.uint32(10).string(message.episodeId);
+    }
+    if (message.taskId !== "") {
+      writer.uint32(18).string(message.taskId);
+    }
+    if (message.agentVersion !== "") {
+      writer.uint32(26).string(message.agentVersion);
+    }
+    for (const v of message.models) {
+      writer.uint32(34).string(v!);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(42).string(message.sessionId);
+    }
+    if (message.calls !== 0) {
+      writer.uint32(48).int32(message.calls);
+    }
+    if (message.idleS !== 0) {
+      writer.uint32(57).double(message.idleS);
+    }
+    if (message.ageS !== 0) {
+      writer.uint32(65).double(message.ageS);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveEpisode {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveEpisode();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.episodeId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.agentVersion = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.models.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.calls = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 57) {
+              break;
+            }
+
+            message.idleS = reader.double();
+            continue;
+          }
+          case 8: {
+            if (tag !== 65) {
+              break;
+            }
+
+            message.ageS = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveEpisode {
+    return {
+      episodeId: isSet(object.episodeId)
+        ? globalThis.String(object.episodeId)
+        : isSet(object.episode_id)
+        ? globalThis.String(object.episode_id)
+        : "",
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+      agentVersion: isSet(object.agentVersion)
+        ? globalThis.String(object.agentVersion)
+        : isSet(object.agent_version)
+        ? globalThis.String(object.agent_version)
+        : "",
+      models: globalThis.Array.isArray(object?.models) ? object.models.map((e: any) => globalThis.String(e)) : [],
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      calls: isSet(object.calls) ? globalThis.Number(object.calls) : 0,
+      idleS: isSet(object.idleS)
+        ? globalThis.Number(object.idleS)
+        : isSet(object.idle_s)
+        ? globalThis.Number(object.idle_s)
+        : 0,
+      ageS: isSet(object.ageS)
+        ? globalThis.Number(object.ageS)
+        : isSet(object.age_s)
+        ? globalThis.Number(object.age_s)
+        : 0,
+    };
+  },
+
+  toJSON(message: LiveEpisode): unknown {
+    const obj: any = {};
+    if (message.episodeId !== "") {
+      obj.episodeId = message.episodeId;
+    }
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    if (message.agentVersion !== "") {
+      obj.agentVersion = message.agentVersion;
+    }
+    if (message.models?.length) {
+      obj.models = message.models;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.calls !== 0) {
+      obj.calls = Math.round(message.calls);
+    }
+    if (message.idleS !== 0) {
+      obj.idleS = floatToJson(message.idleS);
+    }
+    if (message.ageS !== 0) {
+      obj.ageS = floatToJson(message.ageS);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveEpisode>, I>>(base?: I): LiveEpisode {
+    return LiveEpisode.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveEpisode>, I>>(object: I): LiveEpisode {
+    const message = createBaseLiveEpisode();
+    message.episodeId = object.episodeId ?? "";
+    message.taskId = object.taskId ?? "";
+    message.agentVersion = object.agentVersion ?? "";
+    message.models = object.models?.map((e) => e) || [];
+    message.sessionId = object.sessionId ?? "";
+    message.calls = object.calls ?? 0;
+    message.idleS = object.idleS ?? 0;
+    message.ageS = object.ageS ?? 0;
+    return message;
+  },
+};
+
+function createBaseLiveError(): LiveError {
+  return { time: 0, door: "", method: "", code: "", message: "" };
+}
+
+export const LiveError: MessageFns<LiveError> = {
+  encode(message: LiveError, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.time !== 0) {
+      writer.uint32(9).double(message.time);
+    }
+    if (message.door !== "") {
+      writer.uint32(18).string(message.door);
+    }
+    if (message.method !== "") {
+      writer.uint32(26).string(message.method);
+    }
+    if (message.code !== "") {
+      writer.uint32(34).string(message.code);
+    }
+    if (message.message !== "") {
+      writer.uint32(42).string(message.message);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveError {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveError();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 9) {
+              break;
+            }
+
+            message.time = reader.double();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.door = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.method = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveError {
+    return {
+      time: isSet(object.time) ? globalThis.Number(object.time) : 0,
+      door: isSet(object.door) ? globalThis.String(object.door) : "",
+      method: isSet(object.method) ? globalThis.String(object.method) : "",
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+    };
+  },
+
+  toJSON(message: LiveError): unknown {
+    const obj: any = {};
+    if (message.time !== 0) {
+      obj.time = floatToJson(message.time);
+    }
+    if (message.door !== "") {
+      obj.door = message.door;
+    }
+    if (message.method !== "") {
+      obj.method = message.method;
+    }
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LiveError>, I>>(base?: I): LiveError {
+    return LiveError.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LiveError>, I>>(object: I): LiveError {
+    const message = createBaseLiveError();
+    message.time = object.time ?? 0;
+    message.door = object.door ?? "";
+    message.method = object.method ?? "";
+    message.code = object.code ?? "";
+    message.message = object.message ?? "";
+    return message;
+  },
+};
+
 /**
  * AdminService reports on and steers the server. When the server has API
  * keys configured, these calls need an admin key (except GetStatus and
@@ -1535,6 +3216,24 @@ export const AdminServiceService = {
     responseSerialize: (value: ListClientsResponse): Buffer => Buffer.from(ListClientsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListClientsResponse => ListClientsResponse.decode(value),
   },
+  /**
+   * What the server is doing now, for `swarmrl top`: trainer progress per task,
+   * open episodes and their idle time, call and token totals, recent errors. Read
+   * from memory, so polling it every second costs next to nothing; lists are
+   * capped, counts are not. The HTTP shim serves the same message as JSON at
+   * GET /swarmrl/live. Needs an admin key.
+   */
+  getLiveSnapshot: {
+    path: "/swarmrl.v1.AdminService/GetLiveSnapshot" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetLiveSnapshotRequest): Buffer =>
+      Buffer.from(GetLiveSnapshotRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetLiveSnapshotRequest => GetLiveSnapshotRequest.decode(value),
+    responseSerialize: (value: GetLiveSnapshotResponse): Buffer =>
+      Buffer.from(GetLiveSnapshotResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetLiveSnapshotResponse => GetLiveSnapshotResponse.decode(value),
+  },
 } as const;
 
 export interface AdminServiceServer extends UntypedServiceImplementation {
@@ -1554,6 +3253,14 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
    * of every agent version the server has seen. Needs an admin key.
    */
   listClients: handleUnaryCall<ListClientsRequest, ListClientsResponse>;
+  /**
+   * What the server is doing now, for `swarmrl top`: trainer progress per task,
+   * open episodes and their idle time, call and token totals, recent errors. Read
+   * from memory, so polling it every second costs next to nothing; lists are
+   * capped, counts are not. The HTTP shim serves the same message as JSON at
+   * GET /swarmrl/live. Needs an admin key.
+   */
+  getLiveSnapshot: handleUnaryCall<GetLiveSnapshotRequest, GetLiveSnapshotResponse>;
 }
 
 export interface AdminServiceClient extends Client {
@@ -1657,6 +3364,28 @@ export interface AdminServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListClientsResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * What the server is doing now, for `swarmrl top`: trainer progress per task,
+   * open episodes and their idle time, call and token totals, recent errors. Read
+   * from memory, so polling it every second costs next to nothing; lists are
+   * capped, counts are not. The HTTP shim serves the same message as JSON at
+   * GET /swarmrl/live. Needs an admin key.
+   */
+  getLiveSnapshot(
+    request: GetLiveSnapshotRequest,
+    callback: (error: ServiceError | null, response: GetLiveSnapshotResponse) => void,
+  ): ClientUnaryCall;
+  getLiveSnapshot(
+    request: GetLiveSnapshotRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetLiveSnapshotResponse) => void,
+  ): ClientUnaryCall;
+  getLiveSnapshot(
+    request: GetLiveSnapshotRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetLiveSnapshotResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const AdminServiceClient = makeGenericClientConstructor(
@@ -1715,6 +3444,10 @@ function longToNumber(int64: { toString(): string }): number {
     throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
   }
   return num;
+}
+
+function isObject(value: any): boolean {
+  return typeof value === "object" && value !== null;
 }
 
 function isSet(value: any): boolean {

@@ -212,6 +212,38 @@ public final class AdminServiceGrpc {
     return getListClientsMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.GetLiveSnapshotRequest,
+      io.swarmrl.v1.GetLiveSnapshotResponse> getGetLiveSnapshotMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "GetLiveSnapshot",
+      requestType = io.swarmrl.v1.GetLiveSnapshotRequest.class,
+      responseType = io.swarmrl.v1.GetLiveSnapshotResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.GetLiveSnapshotRequest,
+      io.swarmrl.v1.GetLiveSnapshotResponse> getGetLiveSnapshotMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.GetLiveSnapshotRequest, io.swarmrl.v1.GetLiveSnapshotResponse> getGetLiveSnapshotMethod;
+    if ((getGetLiveSnapshotMethod = AdminServiceGrpc.getGetLiveSnapshotMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getGetLiveSnapshotMethod = AdminServiceGrpc.getGetLiveSnapshotMethod) == null) {
+          AdminServiceGrpc.getGetLiveSnapshotMethod = getGetLiveSnapshotMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.GetLiveSnapshotRequest, io.swarmrl.v1.GetLiveSnapshotResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "GetLiveSnapshot"))
+              .setSafe(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.GetLiveSnapshotRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.GetLiveSnapshotResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("GetLiveSnapshot"))
+              .build();
+        }
+      }
+    }
+    return getGetLiveSnapshotMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -327,6 +359,20 @@ public final class AdminServiceGrpc {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getListClientsMethod(), responseObserver);
     }
 
+    /**
+     * <pre>
+     * What the server is doing now, for `swarmrl top`: trainer progress per task,
+     * open episodes and their idle time, call and token totals, recent errors. Read
+     * from memory, so polling it every second costs next to nothing; lists are
+     * capped, counts are not. The HTTP shim serves the same message as JSON at
+     * GET /swarmrl/live. Needs an admin key.
+     * </pre>
+     */
+    public void getLiveSnapshot(io.swarmrl.v1.GetLiveSnapshotRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.GetLiveSnapshotResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getGetLiveSnapshotMethod(), responseObserver);
+    }
+
     @java.lang.Override public final io.grpc.ServerServiceDefinition bindService() {
       return io.grpc.ServerServiceDefinition.builder(getServiceDescriptor())
           .addMethod(
@@ -371,6 +417,13 @@ public final class AdminServiceGrpc {
                 io.swarmrl.v1.ListClientsRequest,
                 io.swarmrl.v1.ListClientsResponse>(
                   this, METHODID_LIST_CLIENTS)))
+          .addMethod(
+            getGetLiveSnapshotMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.GetLiveSnapshotRequest,
+                io.swarmrl.v1.GetLiveSnapshotResponse>(
+                  this, METHODID_GET_LIVE_SNAPSHOT)))
           .build();
     }
   }
@@ -461,6 +514,21 @@ public final class AdminServiceGrpc {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getListClientsMethod(), getCallOptions()), request, responseObserver);
     }
+
+    /**
+     * <pre>
+     * What the server is doing now, for `swarmrl top`: trainer progress per task,
+     * open episodes and their idle time, call and token totals, recent errors. Read
+     * from memory, so polling it every second costs next to nothing; lists are
+     * capped, counts are not. The HTTP shim serves the same message as JSON at
+     * GET /swarmrl/live. Needs an admin key.
+     * </pre>
+     */
+    public void getLiveSnapshot(io.swarmrl.v1.GetLiveSnapshotRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.GetLiveSnapshotResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getGetLiveSnapshotMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -542,6 +610,20 @@ public final class AdminServiceGrpc {
     public io.swarmrl.v1.ListClientsResponse listClients(io.swarmrl.v1.ListClientsRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getListClientsMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * What the server is doing now, for `swarmrl top`: trainer progress per task,
+     * open episodes and their idle time, call and token totals, recent errors. Read
+     * from memory, so polling it every second costs next to nothing; lists are
+     * capped, counts are not. The HTTP shim serves the same message as JSON at
+     * GET /swarmrl/live. Needs an admin key.
+     * </pre>
+     */
+    public io.swarmrl.v1.GetLiveSnapshotResponse getLiveSnapshot(io.swarmrl.v1.GetLiveSnapshotRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getGetLiveSnapshotMethod(), getCallOptions(), request);
     }
   }
 
@@ -631,6 +713,21 @@ public final class AdminServiceGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getListClientsMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * What the server is doing now, for `swarmrl top`: trainer progress per task,
+     * open episodes and their idle time, call and token totals, recent errors. Read
+     * from memory, so polling it every second costs next to nothing; lists are
+     * capped, counts are not. The HTTP shim serves the same message as JSON at
+     * GET /swarmrl/live. Needs an admin key.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.GetLiveSnapshotResponse> getLiveSnapshot(
+        io.swarmrl.v1.GetLiveSnapshotRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getGetLiveSnapshotMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_GET_STATUS = 0;
@@ -639,6 +736,7 @@ public final class AdminServiceGrpc {
   private static final int METHODID_RESUME_GENERATION = 3;
   private static final int METHODID_SAVE_CHECKPOINT = 4;
   private static final int METHODID_LIST_CLIENTS = 5;
+  private static final int METHODID_GET_LIVE_SNAPSHOT = 6;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -680,6 +778,10 @@ public final class AdminServiceGrpc {
         case METHODID_LIST_CLIENTS:
           serviceImpl.listClients((io.swarmrl.v1.ListClientsRequest) request,
               (io.grpc.stub.StreamObserver<io.swarmrl.v1.ListClientsResponse>) responseObserver);
+          break;
+        case METHODID_GET_LIVE_SNAPSHOT:
+          serviceImpl.getLiveSnapshot((io.swarmrl.v1.GetLiveSnapshotRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.GetLiveSnapshotResponse>) responseObserver);
           break;
         default:
           throw new AssertionError();
@@ -748,6 +850,7 @@ public final class AdminServiceGrpc {
               .addMethod(getResumeGenerationMethod())
               .addMethod(getSaveCheckpointMethod())
               .addMethod(getListClientsMethod())
+              .addMethod(getGetLiveSnapshotMethod())
               .build();
         }
       }

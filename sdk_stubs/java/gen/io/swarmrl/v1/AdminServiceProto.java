@@ -84,6 +84,61 @@ public final class AdminServiceProto {
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_swarmrl_v1_AgentVersionInfo_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_GetLiveSnapshotRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_GetLiveSnapshotRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_GetLiveSnapshotResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_GetLiveSnapshotResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_LiveSnapshot_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_LiveSnapshot_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_LiveEpisodeCounts_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_LiveEpisodeCounts_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_LiveTotals_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_LiveTotals_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_LiveModel_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_LiveModel_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_LiveTrainer_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_LiveTrainer_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_LiveTrainer_LastEntry_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_LiveTrainer_LastEntry_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_LiveTaskQueue_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_LiveTaskQueue_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_LiveEpisode_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_LiveEpisode_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_LiveError_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_LiveError_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -132,22 +187,71 @@ public final class AdminServiceProto {
       "ded_episodes\030\003 \001(\003R\rendedEpisodes\022)\n\020abo" +
       "rted_episodes\030\004 \001(\003R\017abortedEpisodes\022+\n\021" +
       "consumed_episodes\030\005 \001(\003R\020consumedEpisode" +
-      "s\022\037\n\013mean_reward\030\006 \001(\001R\nmeanReward2\247\004\n\014A" +
-      "dminService\022M\n\tGetStatus\022\034.swarmrl.v1.Ge" +
-      "tStatusRequest\032\035.swarmrl.v1.GetStatusRes" +
-      "ponse\"\003\220\002\001\022P\n\nListModels\022\035.swarmrl.v1.Li" +
-      "stModelsRequest\032\036.swarmrl.v1.ListModelsR" +
-      "esponse\"\003\220\002\001\022_\n\017PauseGeneration\022\".swarmr" +
-      "l.v1.PauseGenerationRequest\032#.swarmrl.v1" +
-      ".PauseGenerationResponse\"\003\220\002\002\022b\n\020ResumeG" +
-      "eneration\022#.swarmrl.v1.ResumeGenerationR" +
-      "equest\032$.swarmrl.v1.ResumeGenerationResp" +
-      "onse\"\003\220\002\002\022\\\n\016SaveCheckpoint\022!.swarmrl.v1" +
-      ".SaveCheckpointRequest\032\".swarmrl.v1.Save" +
-      "CheckpointResponse\"\003\220\002\002\022S\n\013ListClients\022\036" +
-      ".swarmrl.v1.ListClientsRequest\032\037.swarmrl" +
-      ".v1.ListClientsResponse\"\003\220\002\001B$\n\rio.swarm" +
-      "rl.v1B\021AdminServiceProtoP\001b\006proto3"
+      "s\022\037\n\013mean_reward\030\006 \001(\001R\nmeanReward\"\030\n\026Ge" +
+      "tLiveSnapshotRequest\"O\n\027GetLiveSnapshotR" +
+      "esponse\0224\n\010snapshot\030\001 \001(\0132\030.swarmrl.v1.L" +
+      "iveSnapshotR\010snapshot\"\206\003\n\014LiveSnapshot\022\'" +
+      "\n\017server_instance\030\001 \001(\tR\016serverInstance\022" +
+      "\022\n\004time\030\002 \001(\001R\004time\022\026\n\006paused\030\003 \001(\tR\006pau" +
+      "sed\022\032\n\010sessions\030\004 \001(\005R\010sessions\0229\n\010episo" +
+      "des\030\005 \001(\0132\035.swarmrl.v1.LiveEpisodeCounts" +
+      "R\010episodes\022.\n\006totals\030\006 \001(\0132\026.swarmrl.v1." +
+      "LiveTotalsR\006totals\022-\n\006models\030\007 \003(\0132\025.swa" +
+      "rmrl.v1.LiveModelR\006models\022<\n\ropen_episod" +
+      "es\030\010 \003(\0132\027.swarmrl.v1.LiveEpisodeR\014openE" +
+      "pisodes\022-\n\006errors\030\t \003(\0132\025.swarmrl.v1.Liv" +
+      "eErrorR\006errors\"W\n\021LiveEpisodeCounts\022\022\n\004o" +
+      "pen\030\001 \001(\005R\004open\022\024\n\005ended\030\002 \001(\001R\005ended\022\030\n" +
+      "\007aborted\030\003 \001(\001R\007aborted\"t\n\nLiveTotals\022\024\n" +
+      "\005calls\030\001 \001(\001R\005calls\022#\n\rprompt_tokens\030\002 \001" +
+      "(\001R\014promptTokens\022+\n\021completion_tokens\030\003 " +
+      "\001(\001R\020completionTokens\"\261\002\n\tLiveModel\022\022\n\004n" +
+      "ame\030\001 \001(\tR\004name\022%\n\016policy_version\030\002 \001(\005R" +
+      "\rpolicyVersion\022\034\n\ttrainable\030\003 \001(\010R\ttrain" +
+      "able\022\032\n\010inflight\030\004 \001(\005R\010inflight\022*\n\016engi" +
+      "ne_waiting\030\005 \001(\005H\000R\rengineWaiting\210\001\001\022*\n\016" +
+      "engine_running\030\006 \001(\005H\001R\rengineRunning\210\001\001" +
+      "\0221\n\007trainer\030\007 \001(\0132\027.swarmrl.v1.LiveTrain" +
+      "erR\007trainerB\021\n\017_engine_waitingB\021\n\017_engin" +
+      "e_running\"\223\003\n\013LiveTrainer\022\022\n\004step\030\001 \001(\005R" +
+      "\004step\022\033\n\tmax_steps\030\002 \001(\005R\010maxSteps\022%\n\016po" +
+      "licy_version\030\003 \001(\005R\rpolicyVersion\022\030\n\007pen" +
+      "ding\030\004 \001(\005R\007pending\022\024\n\005error\030\005 \001(\tR\005erro" +
+      "r\022\035\n\nbatch_rule\030\006 \001(\tR\tbatchRule\022\035\n\nbatc" +
+      "h_size\030\007 \001(\005R\tbatchSize\022\035\n\ngroup_size\030\010 " +
+      "\001(\005R\tgroupSize\022/\n\005tasks\030\t \003(\0132\031.swarmrl." +
+      "v1.LiveTaskQueueR\005tasks\0225\n\004last\030\n \003(\0132!." +
+      "swarmrl.v1.LiveTrainer.LastEntryR\004last\0327" +
+      "\n\tLastEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002" +
+      " \001(\001R\005value:\0028\001\"B\n\rLiveTaskQueue\022\027\n\007task" +
+      "_id\030\001 \001(\tR\006taskId\022\030\n\007pending\030\002 \001(\005R\007pend" +
+      "ing\"\343\001\n\013LiveEpisode\022\035\n\nepisode_id\030\001 \001(\tR" +
+      "\tepisodeId\022\027\n\007task_id\030\002 \001(\tR\006taskId\022#\n\ra" +
+      "gent_version\030\003 \001(\tR\014agentVersion\022\026\n\006mode" +
+      "ls\030\004 \003(\tR\006models\022\035\n\nsession_id\030\005 \001(\tR\tse" +
+      "ssionId\022\024\n\005calls\030\006 \001(\005R\005calls\022\025\n\006idle_s\030" +
+      "\007 \001(\001R\005idleS\022\023\n\005age_s\030\010 \001(\001R\004ageS\"y\n\tLiv" +
+      "eError\022\022\n\004time\030\001 \001(\001R\004time\022\022\n\004door\030\002 \001(\t" +
+      "R\004door\022\026\n\006method\030\003 \001(\tR\006method\022\022\n\004code\030\004" +
+      " \001(\tR\004code\022\030\n\007message\030\005 \001(\tR\007message2\210\005\n" +
+      "\014AdminService\022M\n\tGetStatus\022\034.swarmrl.v1." +
+      "GetStatusRequest\032\035.swarmrl.v1.GetStatusR" +
+      "esponse\"\003\220\002\001\022P\n\nListModels\022\035.swarmrl.v1." +
+      "ListModelsRequest\032\036.swarmrl.v1.ListModel" +
+      "sResponse\"\003\220\002\001\022_\n\017PauseGeneration\022\".swar" +
+      "mrl.v1.PauseGenerationRequest\032#.swarmrl." +
+      "v1.PauseGenerationResponse\"\003\220\002\002\022b\n\020Resum" +
+      "eGeneration\022#.swarmrl.v1.ResumeGeneratio" +
+      "nRequest\032$.swarmrl.v1.ResumeGenerationRe" +
+      "sponse\"\003\220\002\002\022\\\n\016SaveCheckpoint\022!.swarmrl." +
+      "v1.SaveCheckpointRequest\032\".swarmrl.v1.Sa" +
+      "veCheckpointResponse\"\003\220\002\002\022S\n\013ListClients" +
+      "\022\036.swarmrl.v1.ListClientsRequest\032\037.swarm" +
+      "rl.v1.ListClientsResponse\"\003\220\002\001\022_\n\017GetLiv" +
+      "eSnapshot\022\".swarmrl.v1.GetLiveSnapshotRe" +
+      "quest\032#.swarmrl.v1.GetLiveSnapshotRespon" +
+      "se\"\003\220\002\001B$\n\rio.swarmrl.v1B\021AdminServicePr" +
+      "otoP\001b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -239,6 +343,72 @@ public final class AdminServiceProto {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_AgentVersionInfo_descriptor,
         new java.lang.String[] { "AgentVersion", "OpenEpisodes", "EndedEpisodes", "AbortedEpisodes", "ConsumedEpisodes", "MeanReward", });
+    internal_static_swarmrl_v1_GetLiveSnapshotRequest_descriptor =
+      getDescriptor().getMessageTypes().get(14);
+    internal_static_swarmrl_v1_GetLiveSnapshotRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_GetLiveSnapshotRequest_descriptor,
+        new java.lang.String[] { });
+    internal_static_swarmrl_v1_GetLiveSnapshotResponse_descriptor =
+      getDescriptor().getMessageTypes().get(15);
+    internal_static_swarmrl_v1_GetLiveSnapshotResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_GetLiveSnapshotResponse_descriptor,
+        new java.lang.String[] { "Snapshot", });
+    internal_static_swarmrl_v1_LiveSnapshot_descriptor =
+      getDescriptor().getMessageTypes().get(16);
+    internal_static_swarmrl_v1_LiveSnapshot_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_LiveSnapshot_descriptor,
+        new java.lang.String[] { "ServerInstance", "Time", "Paused", "Sessions", "Episodes", "Totals", "Models", "OpenEpisodes", "Errors", });
+    internal_static_swarmrl_v1_LiveEpisodeCounts_descriptor =
+      getDescriptor().getMessageTypes().get(17);
+    internal_static_swarmrl_v1_LiveEpisodeCounts_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_LiveEpisodeCounts_descriptor,
+        new java.lang.String[] { "Open", "Ended", "Aborted", });
+    internal_static_swarmrl_v1_LiveTotals_descriptor =
+      getDescriptor().getMessageTypes().get(18);
+    internal_static_swarmrl_v1_LiveTotals_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_LiveTotals_descriptor,
+        new java.lang.String[] { "Calls", "PromptTokens", "CompletionTokens", });
+    internal_static_swarmrl_v1_LiveModel_descriptor =
+      getDescriptor().getMessageTypes().get(19);
+    internal_static_swarmrl_v1_LiveModel_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_LiveModel_descriptor,
+        new java.lang.String[] { "Name", "PolicyVersion", "Trainable", "Inflight", "EngineWaiting", "EngineRunning", "Trainer", "EngineWaiting", "EngineRunning", });
+    internal_static_swarmrl_v1_LiveTrainer_descriptor =
+      getDescriptor().getMessageTypes().get(20);
+    internal_static_swarmrl_v1_LiveTrainer_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_LiveTrainer_descriptor,
+        new java.lang.String[] { "Step", "MaxSteps", "PolicyVersion", "Pending", "Error", "BatchRule", "BatchSize", "GroupSize", "Tasks", "Last", });
+    internal_static_swarmrl_v1_LiveTrainer_LastEntry_descriptor =
+      internal_static_swarmrl_v1_LiveTrainer_descriptor.getNestedTypes().get(0);
+    internal_static_swarmrl_v1_LiveTrainer_LastEntry_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_LiveTrainer_LastEntry_descriptor,
+        new java.lang.String[] { "Key", "Value", });
+    internal_static_swarmrl_v1_LiveTaskQueue_descriptor =
+      getDescriptor().getMessageTypes().get(21);
+    internal_static_swarmrl_v1_LiveTaskQueue_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_LiveTaskQueue_descriptor,
+        new java.lang.String[] { "TaskId", "Pending", });
+    internal_static_swarmrl_v1_LiveEpisode_descriptor =
+      getDescriptor().getMessageTypes().get(22);
+    internal_static_swarmrl_v1_LiveEpisode_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_LiveEpisode_descriptor,
+        new java.lang.String[] { "EpisodeId", "TaskId", "AgentVersion", "Models", "SessionId", "Calls", "IdleS", "AgeS", });
+    internal_static_swarmrl_v1_LiveError_descriptor =
+      getDescriptor().getMessageTypes().get(23);
+    internal_static_swarmrl_v1_LiveError_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_LiveError_descriptor,
+        new java.lang.String[] { "Time", "Door", "Method", "Code", "Message", });
     com.google.protobuf.TimestampProto.getDescriptor();
     io.swarmrl.v1.TypesProto.getDescriptor();
   }
