@@ -318,6 +318,21 @@ async def test_unknown_unstored_and_other_episode_ids_are_404(http_server: Any) 
     assert (await aclient(other).responses.retrieve(theirs.id)).id == theirs.id
 
 
+async def test_key_in_the_base_url_and_tool_choice_none(scripted_server: Any) -> None:
+    ep = await start_episode(scripted_server)
+    client = openai.AsyncOpenAI(base_url=f"{ep.root_url}/k/{ep.key}/v1", api_key="ignored",
+                                max_retries=0)
+    raw = tool_call_text("get_weather", {"city": "Rome"})
+    scripted_server.script.replies = [raw]
+    r = await client.responses.create(model="tiny", input="Rome?", tools=[WEATHER],
+                                      tool_choice="none")
+    # Tools hidden from the model, the reply returned as the raw text it generated.
+    assert [i.type for i in r.output] == ["message"] and r.output_text == raw
+    assert (await client.responses.retrieve(r.id)).output_text == raw
+    (call,) = await stored_calls(scripted_server, ep.episode_id)
+    assert json.loads(call.chat_json)["tools"] is None
+
+
 async def test_history_passed_back_merges_into_one_timeline(http_server: Any) -> None:
     ep = await start_episode(http_server)
     client = aclient(ep)
