@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("top", help="live console: models, trainer, clients, episodes, errors")
     commands.add_parser("plot", help="PNGs of training runs (reward, loss, merge, throughput)")
     commands.add_parser("view", help="token-level episode viewer in the browser")
+    commands.add_parser("study", help="run, heal, compare and report many training runs")
     return parser
 
 
@@ -102,7 +103,7 @@ COMMAND_GROUP = "swarmrl.commands"
 store, tokenizers). The server's distribution registers them (pyproject.toml), so the SDK
 neither imports nor names the server package: it only knows the commands' names."""
 
-_SERVER_COMMANDS = ("serve", "plot", "view")
+_SERVER_COMMANDS = ("serve", "plot", "view", "study")
 
 
 def _server_command(name: str, argv: list[str]) -> int:

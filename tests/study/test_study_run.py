@@ -1,0 +1,219 @@
+"""`swarmrl study run` end to end on the tiny model: real servers and clients as
+processes, SIGKILLed from outside; a killed `study run` resumed; the planner hook
+behind a real OpenAI-compatible HTTP endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from tests.helpers import REPO, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def write_study(tmp_path: Path, cache: Path, **changes: Any) -> Path:
+    data: dict[str, Any] = {
+        "name": "t",
+        "server": {"flags": {"model": "tiny", "train": True, "default-max-tokens": 2,
+                             "cache-dir": str(cache), "grace": 1},
+                   "train_options": {"batch_rule": "episodes", "batch_size": 4, "lr": 1e-4,
+                                     "checkpoint_every": 2, "progress": False,
+                                     "max_staleness": 1000}},
+        "clients": [{"name": "agent",
+                     "command": ["{python}", "-m", "tests.study.agent", "--target", "{target}"]}],
+        "variations": {"grid": {"client.agent.bias": [0.0, 1.0]}},
+        "metric": {"name": "reward/mean", "direction": "max"},
+        "budget": {"steps": 6, "wall_s": 300},
+        "restarts": {"backoff_s": 0.2},
+        **changes,
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def study_cmd(path: Path, action: str = "run") -> subprocess.Popen[bytes]:
+    log = open(path.parent / f"study-{action}.log", "ab")
+    return subprocess.Popen([sys.executable, "-m", "swarmrl_server.study.cli", action, str(path)],
+                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_json(path: Path, run_id: str) -> dict[str, Any]:
+    f = path.parent / "study.study" / "runs" / run_id / "run.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def run_dir(path: Path, run_id: str) -> Path:
+    return path.parent / "study.study" / "runs" / run_id
+
+
+def finish(proc: subprocess.Popen[bytes], path: Path, timeout: float = 400) -> None:
+    try:
+        assert proc.wait(timeout=timeout) == 0, (path.parent / "study-run.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def steps_and_versions(data: Path) -> tuple[list[int], list[float], list[int]]:
+    rows = [json.loads(line) for line in (data / "metrics.jsonl").read_text().splitlines()]
+    db = sqlite3.connect(data / "swarm.sqlite3")
+    issued = [v for (v,) in db.execute(
+        "SELECT version FROM policy_versions WHERE model='tiny' ORDER BY rowid")]
+    db.close()
+    return [r["step"] for r in rows], [r["actor/policy_version"] for r in rows], issued
+
+
+def assert_resumed_cleanly(data: Path) -> None:
+    """Steps strictly increase, no policy version issued twice or trained twice."""
+    steps, versions, issued = steps_and_versions(data)
+    assert steps and all(a < b for a, b in zip(steps, steps[1:])), steps
+    assert all(a < b for a, b in zip(versions, versions[1:])), versions
+    assert len(set(issued)) == len(issued), issued
+
+
+def server_log(path: Path, run_id: str, event: str) -> list[dict[str, Any]]:
+    """The run's server log events named `event` ("launch": the supervisor's launch lines)."""
+    lines = (run_dir(path, run_id) / "logs" / "server.log").read_text().splitlines()
+    if event == "launch":
+        return [{"line": line} for line in lines if line.startswith("--- ")]
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    return [e for e in events if e.get("event") == event]
+
+
+def kill_when(path: Path, run_id: str, process: str, min_step: int) -> int:
+    """SIGKILLs one of a run's processes once the run reached `min_step` (and a
+    checkpoint exists); returns the pid."""
+    def ready() -> bool:
+        rec = run_json(path, run_id)
+        ckpt = run_dir(path, run_id) / "data" / "checkpoints" / "tiny" / "step-2"
+        return (rec.get("step", 0) >= min_step and process in rec.get("processes", {})
+                and (process != "server" or ckpt.is_dir()))
+    wait_until(ready, 300, f"{run_id} at step {min_step}")
+    pid = run_json(path, run_id)["processes"][process]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    return int(pid)
+
+
+def test_study_heals_a_killed_server_and_a_crashed_client(
+        tmp_path: Path, model_cache: Path, tiny_model_dir: Path) -> None:
+    path = write_study(tmp_path, model_cache, seeds=[1, 2], concurrency=2,
+                       budget={"steps": 8, "wall_s": 300})
+    proc = study_cmd(path)
+    try:
+        kill_when(path, "s0-r00", "server", 2)  # mid-way, after its step-2 checkpoint
+        kill_when(path, "s0-r01", "agent#0", 1)
+        finish(proc, path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    runs = {r: run_json(path, r) for r in ("s0-r00", "s0-r01", "s0-r02", "s0-r03")}
+    assert all(r["state"] == "done" and r["step"] >= 8 for r in runs.values()), runs
+    killed = [x for x in runs["s0-r00"]["restarts"] if x["what"] == "server"]
+    assert len(killed) == 1 and "SIGKILL" in killed[0]["reason"], runs["s0-r00"]["restarts"]
+    crashed = [x for x in runs["s0-r01"]["restarts"] if x["what"] == "agent#0"]
+    assert len(crashed) == 1 and "SIGKILL" in crashed[0]["reason"], runs["s0-r01"]["restarts"]
+    data = run_dir(path, "s0-r00") / "data"
+    assert_resumed_cleanly(data)
+    resumed = server_log(path, "s0-r00", "trainer_resumed")
+    assert len(resumed) == 1 and resumed[0]["step"] >= 2 and "/step-" in resumed[0]["checkpoint"]
+    report = (path.parent / "study.study" / "report" / "report.md").read_text()
+    ranking = report.split("## Ranking")[1].split("## Runs")[0]
+    assert ranking.index("client.agent.bias=1.0") < ranking.index("client.agent.bias=0.0")
+    assert "(n=2)" in ranking
+    restarts = report.split("## Restarts")[1].split("## Planner")[0]
+    assert "| s0-r00 | server |" in restarts and "| s0-r01 | agent#0 |" in restarts
+    assert (path.parent / "study.study" / "report" / "metric.png").stat().st_size > 0
+    assert (path.parent / "study.study" / "report" / "report.html").is_file()
+
+
+def test_killed_study_run_resumes_and_skips_finished_runs(
+        tmp_path: Path, model_cache: Path, tiny_model_dir: Path) -> None:
+    path = write_study(tmp_path, model_cache, concurrency=1)
+    first = study_cmd(path)
+    try:
+        wait_until(lambda: run_json(path, "s0-r00").get("state") == "done"
+                   and run_json(path, "s0-r01").get("step", 0) >= 2, 300, "run 2 under way")
+    finally:
+        first.send_signal(signal.SIGKILL)  # no clean-up at all: its children live on
+        first.wait()
+    done_before = run_json(path, "s0-r00")
+    orphan = run_json(path, "s0-r01")["processes"]["server"]["pid"]
+    assert psutil.pid_exists(orphan)
+    finish(study_cmd(path), path)
+    assert run_json(path, "s0-r00") == done_before  # never touched again
+    assert len(server_log(path, "s0-r00", "launch")) == 1
+    assert len(server_log(path, "s0-r01", "launch")) == 2
+    second = run_json(path, "s0-r01")
+    assert second["state"] == "done" and second["step"] >= 6
+    assert [x["what"] for x in second["restarts"]] == ["study"]
+    assert not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == "zombie"
+    assert_resumed_cleanly(run_dir(path, "s0-r01") / "data")
+    assert len(server_log(path, "s0-r01", "trainer_resumed")) == 1
+
+
+@pytest.fixture
+def scripted_model() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """An OpenAI-compatible endpoint (FastAPI + uvicorn) that replies with one valid and
+    one invalid proposal; yields its base URL and the requests it got."""
+    import uvicorn
+    from fastapi import FastAPI
+
+    app, seen = FastAPI(), []
+    reply = {"proposals": [
+        {"overrides": {"client.agent.bias": 2.0}, "why": "more bias, more reward"},
+        {"overrides": {"train.learning_rate": 0.1}, "why": "a made-up option"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: dict[str, Any]) -> dict[str, Any]:
+        seen.append(body)
+        return {"id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                    "role": "assistant", "content": "```json\n" + json.dumps(reply) + "\n```"}}]}
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 30, "the scripted model")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}/v1", seen
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_planner_runs_a_valid_proposal_and_logs_a_refused_one(
+        tmp_path: Path, model_cache: Path, tiny_model_dir: Path,
+        scripted_model: tuple[str, list[dict[str, Any]]]) -> None:
+    base_url, seen = scripted_model
+    path = write_study(tmp_path, model_cache, variations={}, budget={"steps": 2},
+                       planner={"base_url": base_url, "model": "scripted", "stages": 1})
+    finish(study_cmd(path), path)
+    assert len(seen) == 1 and seen[0]["model"] == "scripted"
+    shown = json.loads(seen[0]["messages"][1]["content"])
+    assert [r["run_id"] for r in shown["runs"]] == ["s0-r00"]
+    assert shown["runs"][0]["final_metric"] is not None
+    study = json.loads((path.parent / "study.study" / "study.json").read_text())
+    assert study["stages"] == [["s0-r00"], ["s1-r01"]]
+    good, bad = study["proposals"]
+    assert good["accepted"] and good["reason"] == "runs s1-r01"
+    assert not bad["accepted"] and "unknown train option 'learning_rate'" in bad["reason"]
+    planned = run_json(path, "s1-r01")
+    assert planned["state"] == "done" and planned["overrides"] == {"client.agent.bias": 2.0}
+    assert planned["origin"] == "planner"
+    report = (path.parent / "study.study" / "report" / "report.md").read_text()
+    proposals = report.split("## Planner proposals")[1]
+    assert "client.agent.bias=2.0 | yes | runs s1-r01" in proposals
+    assert "train.learning_rate=0.1 | no |" in proposals and "learning_rate" in proposals
