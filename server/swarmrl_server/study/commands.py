@@ -4,7 +4,8 @@ The server command is the template's command, then ``--port``, ``--http-port`` a
 ``--data-dir`` (the study owns these: every run gets free ports, kept across
 restarts so that detached clients reconnect, and its own data dir, so that a
 restarted server resumes from its checkpoint), then the flags and the train
-options with the run's overrides applied, then ``--train-option seed=S``.
+options with the run's overrides applied, then ``--train-option seed=S`` and, with a
+step budget, ``--train-option max_steps=N`` (unless the study sets them).
 """
 
 from __future__ import annotations
@@ -93,6 +94,10 @@ def _render(parts: list[str], values: dict[str, str], where: str) -> list[str]:
 def server_process(study: Study, spec: RunSpec, run_dir: Path, ports: Ports) -> ProcessSpec:
     flags, train = server_settings(study, spec.overrides)
     train.setdefault("seed", str(spec.seed))
+    if study.budget.steps and flags.get("train"):
+        # The trainer keeps the step budget itself, even while no supervisor watches
+        # (a killed `study run`), and stops at it exactly.
+        train.setdefault("max_steps", str(study.budget.steps))
     argv = _render(study.server.command, placeholders(spec, run_dir, ports), "server.command")
     argv += ["--port", str(ports.grpc), "--http-port", str(ports.http),
              "--data-dir", str(run_dir / "data"), *flag_argv(flags)]

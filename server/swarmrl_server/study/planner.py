@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -62,7 +63,12 @@ def load_function(spec: str) -> PlanFunction:
     module, _, name = spec.partition(":")
     if not module or not name:
         raise StudyError(f"planner.function: expected module:function, got {spec!r}")
-    fn: PlanFunction = getattr(importlib.import_module(module), name)
+    if os.getcwd() not in sys.path:  # as `python -m` would: modules of the working dir
+        sys.path.insert(0, os.getcwd())
+    try:
+        fn: PlanFunction = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise StudyError(f"planner.function: cannot load {spec!r}: {exc}") from None
     return fn
 
 
