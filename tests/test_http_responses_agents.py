@@ -10,7 +10,7 @@ import json
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from agents import (
@@ -117,6 +117,30 @@ async def test_four_turn_agent_run_is_one_timeline(
     assert stats.timelines == 1 and stats.forks == 0
     assert timelines[0].call_ids == [c.call_id for c in calls]
     assert timelines[0].token_ids == calls[-1].prompt_ids + calls[-1].completion_ids
+
+
+@pytest.mark.parametrize("tool_choice", ["required", "get_weather"])
+async def test_forced_tool_choice_with_the_real_tiny_model(
+    http_server: Any, monkeypatch: pytest.MonkeyPatch, tool_choice: str,
+) -> None:
+    """No script: the random model's reply is a call only because the grammar makes it one."""
+    ep = await start_episode(http_server)
+    point_env_at(monkeypatch, ep)
+    seen: list[str] = []
+
+    @function_tool
+    def get_weather(city: Literal["Paris", "Seoul", "Lima"]) -> str:
+        """Weather in a city."""
+        seen.append(city)
+        return f"sunny in {city}"
+
+    agent = Agent(name="forecaster", instructions="Use the tool.", tools=[get_weather],
+                  model="tiny", tool_use_behavior="stop_on_first_tool",
+                  model_settings=ModelSettings(tool_choice=tool_choice, max_tokens=96))
+    run = await Runner.run(agent, "Weather in Lima?", max_turns=2)
+    assert len(seen) == 1 and run.final_output == f"sunny in {seen[0]}"
+    (call,) = await stored_calls(http_server, ep.episode_id)
+    assert call.constrained
 
 
 async def test_responses_model_direct_call_reports_usage(scripted_server: Any,
