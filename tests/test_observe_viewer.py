@@ -193,8 +193,8 @@ async def test_offline_viewer_reads_a_data_dir(server: Any, model_cache: Path) -
     """`swarmrl view DATA_DIR`'s app, over the data dir of a server that is still running."""
     from fastapi import FastAPI
 
-    from swarmrl_server.viewer.cli import open_source
-    from swarmrl_server.viewer.web import attach_viewer
+    from swarmrl_server.observe.viewer.cli import open_source
+    from swarmrl_server.observe.viewer.web import attach_viewer
 
     episode_id, calls = await known_episode(server)
     for models, expect_text in ((["tiny"], True), ([], False)):

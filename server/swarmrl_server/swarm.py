@@ -26,9 +26,9 @@ from swarmrl_server.errors import Reason, not_found, precondition
 from swarmrl_server.events import EventLog
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.identity import IN_PROCESS, Principal
+from swarmrl_server.observe.telemetry import GaugeSample, Telemetry
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
-from swarmrl_server.telemetry import GaugeSample, Telemetry
 
 log = structlog.get_logger("swarmrl.swarm")
 

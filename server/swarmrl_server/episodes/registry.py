@@ -46,7 +46,7 @@ from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
-    from swarmrl_server.telemetry import Telemetry
+    from swarmrl_server.observe.telemetry import Telemetry
 
 log = structlog.get_logger("swarmrl.episodes")
 

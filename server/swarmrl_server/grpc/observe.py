@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from swarmrl_server.logs import new_request_id, request_scope
-from swarmrl_server.telemetry import Telemetry, request_timer
+from swarmrl_server.observe.telemetry import Telemetry, request_timer
 
 _ID_FIELDS = ("episode_id", "session_id", "call_id")
 

@@ -15,7 +15,6 @@ from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import session_service_pb2 as s_pb
 from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
 from swarmrl_proto.v1 import types_pb2 as t_pb
-from swarmrl_server import live
 from swarmrl_server.engine.base import GenerationChunk
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.coalesce import coalesced
@@ -24,6 +23,7 @@ from swarmrl_server.grpc import convert
 from swarmrl_server.grpc.auth import KeyRing
 from swarmrl_server.grpc.errors import translate_errors
 from swarmrl_server.identity import Principal
+from swarmrl_server.observe import live
 from swarmrl_server.swarm import Swarm
 
 Context = grpc.aio.ServicerContext[Any, Any]

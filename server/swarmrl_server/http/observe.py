@@ -18,12 +18,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from swarmrl_server.grpc.auth import KeyRing, bearer
 from swarmrl_server.http.errors import HttpError
-from swarmrl_server.live import snapshot_json
 from swarmrl_server.logs import new_request_id, request_scope
+from swarmrl_server.observe.live import snapshot_json
+from swarmrl_server.observe.telemetry import Telemetry, request_timer
+from swarmrl_server.observe.viewer.source import EpisodeSource
+from swarmrl_server.observe.viewer.web import attach_viewer
 from swarmrl_server.swarm import Swarm
-from swarmrl_server.telemetry import Telemetry, request_timer
-from swarmrl_server.viewer.source import EpisodeSource
-from swarmrl_server.viewer.web import attach_viewer
 
 UNMATCHED = "(unmatched)"
 QUIET = ("/metrics", "/health")

@@ -83,7 +83,7 @@ def plot(study: Study, state: StudyState, runs: list[RunRecord], out: Path) -> l
     import matplotlib
 
     matplotlib.use("Agg")
-    from swarmrl_server.plots import _Figure, load_runs, plot_runs
+    from swarmrl_server.observe.plots import _Figure, load_runs, plot_runs
 
     # A run's directory is named by its id: the curves' labels are the run ids.
     dirs = [state.run_dir(r.run_id) for r in runs

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING
 import structlog
 
 from swarmrl_server.errors import Reason, precondition
+from swarmrl_server.observe import metrics
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.timelines.merge import MergeStats
 from swarmrl_server.timelines.pack import plan_packing
-from swarmrl_server.trainer import breakdown, checkpoint, metrics
+from swarmrl_server.trainer import breakdown, checkpoint
 from swarmrl_server.trainer.batching import Batcher, BatchPlan
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from swarmrl_server.trainer.history import LOST_WEIGHTS, Recovery, VersionHistory

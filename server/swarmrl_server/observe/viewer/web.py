@@ -19,13 +19,13 @@ from fastapi.responses import HTMLResponse, StreamingResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from swarmrl_server.http.errors import HttpError
-from swarmrl_server.viewer.episodes import episode_view, export_jsonl, group_view
-from swarmrl_server.viewer.source import EpisodeFilter, EpisodeSource
+from swarmrl_server.observe.viewer.episodes import episode_view, export_jsonl, group_view
+from swarmrl_server.observe.viewer.source import EpisodeFilter, EpisodeSource
 
 PREFIX = "/view"
 LIST_LIMIT = 500
 
-_env = Environment(loader=PackageLoader("swarmrl_server.viewer", "templates"),
+_env = Environment(loader=PackageLoader("swarmrl_server.observe.viewer", "templates"),
                    autoescape=select_autoescape(["html"]))
 _env.filters["timefmt"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from swarmrl_server.observe.viewer.episodes import Decode, ids_only
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
 from swarmrl_server.timelines.flops import ModelShape
-from swarmrl_server.viewer.episodes import Decode, ids_only
 
 DEFAULT_SHAPE = ModelShape(n_layers=4, hidden=256, attn_dim=256, vocab=32_000,
                            non_embedding_params=3_000_000)

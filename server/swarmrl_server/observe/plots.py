@@ -1,7 +1,7 @@
 """`swarmrl plot RUN_DIR [RUN_DIR ...]`: PNGs of training runs, several overlaid.
 
 Reads the trainer's ``metrics.jsonl`` (one JSON object per step and model, names as
-`trainer/metrics.py` writes them) and writes, into ``--out``:
+`observe/metrics.py` writes them) and writes, into ``--out``:
 
 - ``reward-<task>.png`` per task (and ``reward-all.png``): mean reward over steps;
 - ``training.png``: loss, KL (verl's ``actor/ppo_kl``, or ``actor/kl_ref``), entropy,

@@ -177,7 +177,7 @@ class Telemetry:
 
     def trainer_step(self, model: str, step: int, values: Mapping[str, float],
                      staleness: Sequence[int]) -> None:
-        """A training step's metrics (the names `trainer/metrics.py` writes)."""
+        """A training step's metrics (the names `observe/metrics.py` writes)."""
         self.trainer_steps.labels(model).inc()
         if "time/step_s" in values:
             self.trainer_step_seconds.labels(model).observe(values["time/step_s"])

@@ -50,9 +50,9 @@ async def open_source(data_dir: Path, models: Sequence[str], cache_dir: Path | N
 
     from swarmrl_server.config import ModelSpec
     from swarmrl_server.models import resolve_model
+    from swarmrl_server.observe.viewer.source import EpisodeSource
     from swarmrl_server.store.records import EpisodeState
     from swarmrl_server.store.sqlite import SqliteStore
-    from swarmrl_server.viewer.source import EpisodeSource
 
     path = data_dir / "swarm.sqlite3"
     if not path.is_file():
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
     from fastapi import FastAPI
 
-    from swarmrl_server.viewer.web import attach_viewer
+    from swarmrl_server.observe.viewer.web import attach_viewer
 
     async def serve() -> None:
         source = await open_source(args.data_dir, args.model, args.cache_dir)
