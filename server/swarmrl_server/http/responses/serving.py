@@ -79,6 +79,7 @@ Event = Callable[..., str]
 MAX_METADATA = (16, 64, 512)
 """OpenAI's metadata limits: pairs, key length, value length."""
 TOOL_FIELDS = {"type", "name", "description", "parameters", "strict"}
+FORMAT_FIELDS = {"type", "name", "description", "schema_", "strict"}
 
 
 def reject_unsupported(req: ResponsesRequest) -> None:
@@ -134,18 +135,19 @@ def response_id(episode_id: str, request_id: str | None) -> str:
 
 
 def settings_for(req: ResponsesRequest, episode_id: str) -> ResponseSettings:
+    """What the response will echo of `req` (and what its call keeps, see `store.py`)."""
     fmt = req.text.format if req.text else None
+    text_format = fmt.model_dump(by_alias=True, exclude_none=True, include=FORMAT_FIELDS) \
+        if fmt else {"type": "text"}
     return ResponseSettings(
         id=response_id(episode_id, req.request_id), model=req.model, store=req.store,
         instructions=req.instructions, previous_response_id=req.previous_response_id,
         tools=[t.model_dump(include=TOOL_FIELDS, exclude_none=True) for t in req.tools or []],
-        tool_choice=req.tool_choice or "auto", parallel_tool_calls=req.parallel_tool_calls
-        is not False, max_output_tokens=req.max_output_tokens, temperature=req.temperature,
-        top_p=req.top_p, top_logprobs=req.top_logprobs, metadata=req.metadata or {},
-        text={"format": fmt.model_dump(by_alias=True, exclude_none=True,
-                                       include={"type", "name", "description", "schema_",
-                                                "strict"})}
-        if fmt else {"format": {"type": "text"}},
+        tool_choice=req.tool_choice or "auto",
+        parallel_tool_calls=req.parallel_tool_calls is not False,
+        max_output_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p,
+        top_logprobs=req.top_logprobs, metadata=req.metadata or {},
+        text={"format": text_format},
     )
 
 
