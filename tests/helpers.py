@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -48,6 +50,17 @@ def wait_until(check: Callable[[], bool], timeout: float = 30.0, what: str = "co
         time.sleep(0.02)
 
 
+def need(ok: bool, what: str) -> None:
+    """A missing toolchain fails under `make test`, which installs every one (and says so
+    with SWARMRL_REQUIRE_STUB_TOOLCHAINS=1), and skips in a bare pytest run."""
+    if ok:
+        return
+    message = f"{what} missing: run scripts/install_stub_toolchains.sh"
+    if os.environ.get("SWARMRL_REQUIRE_STUB_TOOLCHAINS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -58,8 +71,11 @@ class ServerProcess:
     """`swarmrl serve` in a child process, killable with SIGKILL and restartable on its port."""
 
     def __init__(self, *, data_dir: Path, cache_dir: Path, port: int | None = None,
-                 http_port: int = -1, extra: list[str] | None = None) -> None:
+                 http_port: int = -1, extra: list[str] | None = None,
+                 command: list[str] | None = None) -> None:
         self.port = port or free_port()
+        # What runs the server: `swarmrl serve` unless a test wraps it (tests/crash_server.py).
+        self.command = command or [sys.executable, "-m", "swarmrl_server.cli"]
         self.http_port = http_port
         self.data_dir = data_dir
         self.cache_dir = cache_dir
@@ -73,7 +89,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 120.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "swarmrl_server.cli", "--port", str(self.port),
+        cmd = [*self.command, "--port", str(self.port),
                "--http-port", str(self.http_port), "--data-dir", str(self.data_dir),
                "--cache-dir", str(self.cache_dir), *self.extra]
         # Only output after this launch counts: a restart appends to the same log. The

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,6 @@ import pytest
 import swarmrl
 from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
 from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
-from swarmrl_server.store.sqlite import PAUSE_BETWEEN_MODEL_WRITES_ENV
 from tests.helpers import ServerProcess, wait_until
 
 pytestmark = pytest.mark.slow  # three server processes
@@ -46,14 +46,15 @@ def episode_state(db: Path, episode_id: str) -> str:
 
 
 def test_sigkill_between_two_models_writes_leaves_neither(
-    tmp_path: Path, model_cache: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, model_cache: Path
 ) -> None:
     data_dir = tmp_path / "data"
     db = data_dir / "swarm.sqlite3"
     marker = tmp_path / "between-writes"
-    monkeypatch.setenv(PAUSE_BETWEEN_MODEL_WRITES_ENV, str(marker))
-    server = ServerProcess(data_dir=data_dir, cache_dir=model_cache, extra=MODELS).start()
-    monkeypatch.delenv(PAUSE_BETWEEN_MODEL_WRITES_ENV)
+    # The store blocks after the first model's queue write (its on_model_queued seam).
+    crashing = [sys.executable, "-m", "tests.crash_server", str(marker)]
+    server = ServerProcess(data_dir=data_dir, cache_dir=model_cache, extra=MODELS,
+                           command=crashing).start()
     config = swarmrl.ClientConfig(target=server.target, retry=None)
     try:
         with swarmrl.SwarmClient(config=config) as client:

@@ -30,22 +30,13 @@ from swarmrl_proto.v1 import admin_service_pb2, session_service_pb2
 from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
 from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import types_pb2 as t_pb
-from tests.helpers import REPO, ServerProcess, free_port, wait_until
+from tests.helpers import REPO, ServerProcess, free_port, need, wait_until
 
 pytestmark = pytest.mark.slow
 
 LANGUAGES = ("typescript", "go", "java")
 SERVICE_CONFIG = REPO / "sdk_stubs" / "service_config.json"
 ENDED = re.compile(r"^episode ended episode_id=(\S+) state=(\S+) call_id=(\S+) completion_ids=([\d,]*)$")
-
-
-def need(ok: bool, what: str) -> None:
-    if ok:
-        return
-    message = f"{what} missing: run scripts/install_stub_toolchains.sh"
-    if os.environ.get("SWARMRL_REQUIRE_STUB_TOOLCHAINS") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def run(cmd: list[str], cwd: Path = REPO, env: dict[str, str] | None = None) -> None:

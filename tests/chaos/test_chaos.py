@@ -7,8 +7,11 @@ server. A driver SIGKILLs and restarts clients every ~2 s and SIGKILLs the serve
 ~9 s, restarting it alternately plainly and with --resume. Then, from the data dir:
 
 - every episode a client saw ended is in the store, ended;
-- no policy version was issued twice, and every recorded call carries a version that
-  the version log had issued before the call was made (or the base weights, 0);
+- no policy version was issued twice: the versions the trainer announced step after
+  step, over every launch (the metrics log is appended to, never rewritten), strictly
+  increase, and each is in the durable version log;
+- every call the server served carries a version that the version log had issued
+  before the call was made (or the base weights, 0);
 - the episodes trained more than once are exactly those of the steps lost to crashes,
   as the server counted them (recoveries log);
 - metrics steps strictly increase.
@@ -109,20 +112,25 @@ def test_chaos(tmp_path: Path, model_cache: Path, tiny_model_dir: Path) -> None:
                          "FROM recoveries WHERE model='tiny'").fetchone()
     lost_steps = db.execute("SELECT COALESCE(SUM(lost_to - lost_from + 1), 0) FROM recoveries "
                             "WHERE lost_to > 0").fetchone()[0]
-    steps = [json.loads(line)["step"] for line in (data / "metrics.jsonl").read_text().splitlines()]
+    step_rows = [json.loads(line) for line in (data / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in step_rows]
+    # The versions issued, as each launch reported them (a rewound or reused number repeats).
+    announced = [int(r["actor/policy_version"]) for r in step_rows]
     dropped_share = proxy.dropped / max(proxy.connections, 1)
 
     print(f"\nchaos: {client_kills} client kills, {server_kills} server kills, "
           f"{proxy.dropped}/{proxy.connections} connections dropped ({dropped_share:.0%}), "
           f"{proxy.stalled} stalled; {len(ended_by_clients)} episodes ended by clients, "
-          f"{len(lost)} lost; {len(versions)} versions issued, {len(calls)} calls checked, "
+          f"{len(lost)} lost; {len(versions)} versions issued ({len(announced)} announced), "
+          f"{len(calls)} calls checked, "
           f"{len(bad_calls)} with a version not issued before them; {len(steps)} steps "
           f"(last {steps[-1] if steps else None}), {lost_steps} steps lost in {counted[1]} "
           f"recoveries; episodes trained again {trained_again}, counted {counted[0]}")
     assert client_kills >= 20 and server_kills >= 5
     assert dropped_share >= 0.10
     assert ended_by_clients and not lost
-    assert len({v for v, _ in versions}) == len(versions)
+    assert announced and all(a < b for a, b in zip(announced, announced[1:])), announced
+    assert set(announced) <= set(issued_at), sorted(set(announced) - set(issued_at))
     assert not bad_calls, bad_calls[:5]
     assert trained_again == counted[0]
     assert steps and all(a < b for a, b in zip(steps, steps[1:])), steps

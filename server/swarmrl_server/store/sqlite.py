@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -28,24 +27,22 @@ from swarmrl_server.store.schema import prepare
 
 T = TypeVar("T")
 
-PAUSE_BETWEEN_MODEL_WRITES_ENV = "SWARMRL_TEST_PAUSE_BETWEEN_MODEL_WRITES"
-"""Crash-test hook: when set to a path, ending an episode of several models creates that
-file after queueing the first model and then sleeps inside the open transaction, so a
-test can SIGKILL the server exactly between two models' writes of the real code path."""
-
-
-def _pause_between_model_writes() -> None:
-    marker = os.environ.get(PAUSE_BETWEEN_MODEL_WRITES_ENV)
-    if marker:
-        Path(marker).touch()
-        time.sleep(60.0)
+ModelQueued = Callable[[str, str, int], None]
+"""Called as (episode_id, model, index) inside the open transaction that ends an episode,
+right after that model's queue row is written."""
 
 
 class SqliteStore:
-    """Durable store of sessions, episodes, calls and events."""
+    """Durable store of sessions, episodes, calls and events.
 
-    def __init__(self, path: Path | str) -> None:
+    `on_model_queued` is a seam into the multi-model commit: a crash test passes one that
+    blocks after the first model's write, to SIGKILL the server between two writes of the
+    real code path (tests/crash_server.py).
+    """
+
+    def __init__(self, path: Path | str, *, on_model_queued: ModelQueued | None = None) -> None:
         self.path = str(path)
+        self._on_model_queued = on_model_queued
         # One thread owns the connection; every method hops onto it.
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="swarmrl-store"
@@ -242,8 +239,6 @@ class SqliteStore:
             (models,) = c.execute(
                 "SELECT models FROM episodes WHERE episode_id=?", (episode_id,)).fetchone()
             for i, model in enumerate(json.loads(models)):
-                if i == 1:
-                    _pause_between_model_writes()
                 c.execute(
                     "INSERT INTO episode_models (episode_id, model, reward, queued, num_calls) "
                     "VALUES (?1, ?2, ?3, 1, (SELECT COUNT(*) FROM calls WHERE episode_id=?1 "
@@ -251,6 +246,8 @@ class SqliteStore:
                     "reward=COALESCE(?3, reward), queued=1, num_calls=excluded.num_calls",
                     (episode_id, model, own.get(model)),
                 )
+                if self._on_model_queued is not None:
+                    self._on_model_queued(episode_id, model, i)
 
         await self._run(self._tx, _finish)
 
