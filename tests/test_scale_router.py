@@ -13,13 +13,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 import torch
 
 from swarmrl_server.engine.base import Engine, GenerationOutput, SamplingParams
 from swarmrl_server.engine.hf import HFEngine
-from swarmrl_server.errors import Reason, SwarmError
+from swarmrl_server.errors import Code, Reason, SwarmError
 from swarmrl_server.scale.router import ReplicaDied, Router
 
 
@@ -107,7 +106,7 @@ async def test_router_sticky_least_loaded_failover_and_weights(tiny_model_dir: P
         victim.dead = True
         with pytest.raises(SwarmError) as err:
             await task
-        assert err.value.code is grpc.StatusCode.UNAVAILABLE
+        assert err.value.code is Code.UNAVAILABLE
         assert err.value.reason is Reason.REPLICA_UNAVAILABLE and err.value.retry_after_s
         assert router.deaths == 1 and router.up[home] is False
         await _call(router, "a")

@@ -1,19 +1,34 @@
 """The one error type domain code raises; the gRPC and HTTP layers translate it.
 
-Domain objects never import grpc or fastapi. They raise `SwarmError` with a
-canonical status code, a stable UPPER_SNAKE reason (sent as google.rpc.ErrorInfo)
-and, for bad input, the name of the offending field (sent as
-google.rpc.BadRequest). The gRPC servicers abort with it; the OpenAI shim maps
-the same code to an HTTP status.
+Domain objects never import grpc or fastapi, and neither does this module. They raise
+`SwarmError` with a `Code` (the canonical status codes, transport-neutral), a stable
+UPPER_SNAKE reason (sent as google.rpc.ErrorInfo) and, for bad input, the name of the
+offending field (sent as google.rpc.BadRequest). Each door maps the code in one table:
+`grpc/errors.py` to a gRPC status, `http/errors.py` to an HTTP status.
 """
 
 from __future__ import annotations
 
 import enum
 
-import grpc
-
 DOMAIN = "swarmrl.dev"
+
+
+class Code(enum.Enum):
+    """The canonical status codes the domain uses (google.rpc.Code's names)."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNAVAILABLE = "UNAVAILABLE"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    INTERNAL = "INTERNAL"
 
 
 class Reason(str, enum.Enum):
@@ -42,7 +57,7 @@ class SwarmError(Exception):
 
     def __init__(
         self,
-        code: grpc.StatusCode,
+        code: Code,
         reason: Reason,
         message: str,
         *,
@@ -64,25 +79,24 @@ class SwarmError(Exception):
 
 def invalid(field: str, message: str) -> SwarmError:
     """INVALID_ARGUMENT naming `field` (a dotted path in the request)."""
-    return SwarmError(
-        grpc.StatusCode.INVALID_ARGUMENT, Reason.INVALID_FIELD, f"{field}: {message}", field=field
-    )
+    return SwarmError(Code.INVALID_ARGUMENT, Reason.INVALID_FIELD, f"{field}: {message}", field=field)
 
 
 def not_found(reason: Reason, what: str, ident: str) -> SwarmError:
     """NOT_FOUND for an unknown `what` called `ident`."""
-    return SwarmError(
-        grpc.StatusCode.NOT_FOUND, reason, f"unknown {what} {ident!r}", metadata={what: ident}
-    )
+    return SwarmError(Code.NOT_FOUND, reason, f"unknown {what} {ident!r}", metadata={what: ident})
 
 
 def precondition(reason: Reason, message: str) -> SwarmError:
     """FAILED_PRECONDITION: the request is valid but the state does not allow it."""
-    return SwarmError(grpc.StatusCode.FAILED_PRECONDITION, reason, message)
+    return SwarmError(Code.FAILED_PRECONDITION, reason, message)
 
 
 def unavailable(reason: Reason, message: str, retry_after_s: float = 1.0) -> SwarmError:
     """UNAVAILABLE with a retry hint: try again later, nothing was changed."""
-    return SwarmError(
-        grpc.StatusCode.UNAVAILABLE, reason, message, retry_after_s=retry_after_s
-    )
+    return SwarmError(Code.UNAVAILABLE, reason, message, retry_after_s=retry_after_s)
+
+
+def internal(message: str) -> SwarmError:
+    """INTERNAL: a server fault, reported without its traceback."""
+    return SwarmError(Code.INTERNAL, Reason.INTERNAL, message)

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import grpc
 import torch
 
 from swarmrl_server.engine.base import (
@@ -45,7 +44,7 @@ from swarmrl_server.engine.base import (
 from swarmrl_server.engine.grammar import GrammarCompiler
 from swarmrl_server.engine.hf_rows import Row, emit, join_chunks, sample_step
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
-from swarmrl_server.errors import Reason, SwarmError, invalid, unavailable
+from swarmrl_server.errors import Reason, internal, invalid, unavailable
 from swarmrl_server.limits import check_prompt_ids, check_sampling
 
 if TYPE_CHECKING:
@@ -312,9 +311,7 @@ class HFEngine(Engine):
             with self._model_lock:
                 self._decode_wave(rows, self._policy_version)
         except Exception as exc:  # noqa: BLE001 - a bug or OOM must not kill the scheduler
-            error = SwarmError(
-                grpc.StatusCode.INTERNAL, Reason.INTERNAL, f"generation failed: {exc!r}"
-            )
+            error = internal(f"generation failed: {exc!r}")
             error.__cause__ = exc
             for row in rows:
                 if not row.cancelled:  # finished rows already have their output

@@ -25,7 +25,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import grpc
 import structlog
 
 from swarmrl_server.engine.base import GenerationChunk, GenerationOutput
@@ -319,10 +318,8 @@ class EpisodeRegistry:
                 if not isinstance(item, GenerationOutput) and "first_token_s" not in timing:
                     timing["first_token_s"] = time.perf_counter() - t0
                 if isinstance(item, GenerationOutput) and item.finish_reason == "abort":
-                    raise SwarmError(
-                        grpc.StatusCode.UNAVAILABLE, Reason.SHUTTING_DOWN,
-                        "generation was aborted (the server is stopping)", retry_after_s=1.0,
-                    )
+                    raise unavailable(Reason.SHUTTING_DOWN,
+                                      "generation was aborted (the server is stopping)")
                 yield item
         finally:
             self._inflight[host.name] -= 1

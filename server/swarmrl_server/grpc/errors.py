@@ -19,11 +19,14 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from swarmrl_server.errors import DOMAIN, Reason, SwarmError
+from swarmrl_server.errors import DOMAIN, Code, SwarmError, internal
 
 log = structlog.get_logger("swarmrl.grpc")
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+STATUS: dict[Code, grpc.StatusCode] = {code: grpc.StatusCode[code.name] for code in Code}
+"""The domain's codes are the canonical ones, so each maps to the gRPC status of its name."""
 
 
 def to_status(err: SwarmError) -> grpc.Status:
@@ -50,7 +53,7 @@ def to_status(err: SwarmError) -> grpc.Status:
         a.Pack(d)
         packed.append(a)
     return rpc_status.to_status(
-        status_pb2.Status(code=err.code.value[0], message=err.message, details=packed)
+        status_pb2.Status(code=STATUS[err.code].value[0], message=err.message, details=packed)
     )
 
 
@@ -59,8 +62,7 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException
         log.debug("rpc_error", method=method, code=exc.code.name, reason=exc.reason.value)
         await context.abort_with_status(to_status(exc))
     log.exception("rpc_internal_error", method=method)
-    internal = SwarmError(grpc.StatusCode.INTERNAL, Reason.INTERNAL, f"internal error in {method}")
-    await context.abort_with_status(to_status(internal))
+    await context.abort_with_status(to_status(internal(f"internal error in {method}")))
 
 
 def translate_errors(fn: F) -> F:

@@ -15,10 +15,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import grpc
 from fastapi.responses import JSONResponse
 
-from swarmrl_server.errors import Reason, SwarmError
+from swarmrl_server.errors import Code, Reason, SwarmError
 from swarmrl_server.http.protocol import (
     AnthropicErrorInfo,
     AnthropicErrorResponse,
@@ -105,23 +104,27 @@ def from_swarm_error(err: SwarmError, params: Mapping[str, str] | None = None) -
     return HttpError(status, message, param=param, code=err.reason.value, retry_after_s=retry)
 
 
+STATUS: dict[Code, int] = {
+    Code.INVALID_ARGUMENT: 400,
+    Code.OUT_OF_RANGE: 400,
+    Code.UNAUTHENTICATED: 401,
+    Code.PERMISSION_DENIED: 403,
+    Code.NOT_FOUND: 404,
+    Code.FAILED_PRECONDITION: 409,
+    Code.ALREADY_EXISTS: 409,
+    Code.ABORTED: 409,
+    Code.RESOURCE_EXHAUSTED: 413,
+    Code.UNAVAILABLE: 503,
+    Code.DEADLINE_EXCEEDED: 504,
+    Code.INTERNAL: 500,
+}
+"""Each domain code's HTTP status (the one table; 429 is by reason, below)."""
+
+
 def _status(err: SwarmError) -> int:
-    code = err.code
     if err.reason in (Reason.GENERATION_PAUSED, Reason.OVER_CAPACITY):
         return 429
-    return {
-        grpc.StatusCode.INVALID_ARGUMENT: 400,
-        grpc.StatusCode.OUT_OF_RANGE: 400,
-        grpc.StatusCode.UNAUTHENTICATED: 401,
-        grpc.StatusCode.PERMISSION_DENIED: 403,
-        grpc.StatusCode.NOT_FOUND: 404,
-        grpc.StatusCode.FAILED_PRECONDITION: 409,
-        grpc.StatusCode.ALREADY_EXISTS: 409,
-        grpc.StatusCode.ABORTED: 409,
-        grpc.StatusCode.RESOURCE_EXHAUSTED: 413,
-        grpc.StatusCode.UNAVAILABLE: 503,
-        grpc.StatusCode.DEADLINE_EXCEEDED: 504,
-    }.get(code, 500)
+    return STATUS[err.code]
 
 
 def _rename(field: str, params: Mapping[str, str]) -> str:

@@ -15,12 +15,10 @@ import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import grpc
-
 from swarmrl_server.engine.base import GenerationChunk
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.resolve import SamplingRequest
-from swarmrl_server.errors import Reason, SwarmError
+from swarmrl_server.errors import Code, Reason, SwarmError
 
 Item = GenerationChunk | GenerationResult
 _DONE = object()
@@ -137,7 +135,7 @@ def require_episode_model(model: str, episode_models: Sequence[str], hosted: Any
     a wrong name must never silently fall back to another model)."""
     if model not in hosted or model not in episode_models:
         raise SwarmError(
-            grpc.StatusCode.NOT_FOUND, Reason.MODEL_NOT_FOUND,
+            Code.NOT_FOUND, Reason.MODEL_NOT_FOUND,
             f"model: {model!r} is not one of this episode's models {list(episode_models)}",
             field="model",
         )
