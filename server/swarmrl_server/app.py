@@ -38,7 +38,8 @@ def ray_hosts(config: ServerConfig) -> dict[str, ModelHost]:
             t = TrainerConfig.from_options(options)
             need += t.workers * t.worker_cpus if t.workers > 1 else 0
     init_ray(config.ray_address, logical_cpus=need)
-    return load_hosts(config, RayPlacement(config.replicas, max(1, config.torch_threads or 1)))
+    return load_hosts(config, RayPlacement(config.replicas, max(1, config.torch_threads or 1)),
+                      share_bases=False)
 
 
 @dataclass

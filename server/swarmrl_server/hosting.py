@@ -1,14 +1,25 @@
 """A hosted model: its engine, where it came from, and (when trainable) its trainer; and
-the one loader that turns the configured models into hosts, wherever their engines run."""
+the one loader that turns the configured models into hosts, wherever their engines run.
+
+Models trained with LoRA (train option lora_rank > 0) are adapters: in process, those on
+the same weights and engine share ONE base engine (one copy of the weights on hf, one vLLM
+server serving all their adapters), each model an `AdapterEngine` view of it. So
+`--model a=smollm2 --model b=smollm2 --train-option lora_rank=8` holds SmolLM2 once. LoRA
+is a training choice, so it is said where training is configured (per model with
+`a.lora_rank=8`), not in the model spec: the spec says what a model is, and a base shared
+by adapters needs no spelling of its own. With Ray, every replica holds its own base and
+adapter, and the router pushes each new adapter version to all of them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from swarmrl_server.config import ModelSpec, ServerConfig
+from swarmrl_server.engine.adapter import AdapterEngine, LoraSlots, LoraSpec
 from swarmrl_server.engine.base import Engine
 from swarmrl_server.engine.registry import EngineOptions, build_engine
 from swarmrl_server.models import resolve_model
@@ -52,14 +63,59 @@ def build_local(spec: ModelSpec, options: EngineOptions) -> Engine:
     return build_engine(spec.engine or "hf", options)
 
 
-def load_hosts(config: ServerConfig, place: Placement = build_local) -> dict[str, ModelHost]:
+def lora_specs(config: ServerConfig) -> dict[str, LoraSpec]:
+    """The models trained with LoRA (train option lora_rank > 0) and their adapters."""
+    if not config.train:
+        return {}
+    from swarmrl_server.trainer.config import TrainerConfig, options_per_model
+    from swarmrl_server.trainer.lora import spec_for
+
+    per_model = options_per_model(config.train_options, [m.name for m in config.models])
+    specs = {name: spec_for(TrainerConfig.from_options(o)) for name, o in per_model.items()}
+    return {name: spec for name, spec in specs.items() if spec is not None}
+
+
+def load_hosts(config: ServerConfig, place: Placement = build_local, *,
+               share_bases: bool = True) -> dict[str, ModelHost]:
     """A host per configured model (names must differ), its weights resolved (built or
-    converted into the cache when needed) and its engine placed by `place`."""
+    converted into the cache when needed) and its engine placed by `place`. LoRA models
+    on the same weights and engine share one base when `share_bases` (module docstring)."""
+    names = [spec.name for spec in config.models]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise ValueError(f"two models are named {twice!r}")
+    paths = {spec.name: resolve_model(spec.source, config.cache_dir) for spec in config.models}
+    loras = lora_specs(config)
+    engines: dict[str, Engine] = {}
+    if share_bases:
+        engines.update(_shared_bases(config, place, paths, loras))
     hosts: dict[str, ModelHost] = {}
     for spec in config.models:
-        if spec.name in hosts:
-            raise ValueError(f"two models are named {spec.name!r}")
-        path = resolve_model(spec.source, config.cache_dir)
-        engine = place(spec, engine_options(spec, path, config))
+        path = paths[spec.name]
+        options = engine_options(spec, path, config)
+        if spec.name in loras:  # an adapter with a base of its own
+            lora = loras[spec.name]
+            options = replace(options, adapter=lora, lora=LoraSlots(1, lora.rank))
+        engine = engines.get(spec.name) or place(spec, options)
         hosts[spec.name] = ModelHost(spec.name, engine, spec.source, path, trainable=config.train)
     return hosts
+
+
+def _shared_bases(config: ServerConfig, place: Placement, paths: dict[str, Path],
+                  loras: dict[str, LoraSpec]) -> dict[str, AdapterEngine]:
+    """One base engine per (weights, engine, vLLM URLs) among the LoRA models, and each
+    model's adapter view of it."""
+    groups: dict[tuple[str, str | None, tuple[str, ...]], list[ModelSpec]] = {}
+    for spec in config.models:
+        if spec.name in loras:
+            groups.setdefault((str(paths[spec.name]), spec.engine, spec.urls), []).append(spec)
+    views: dict[str, AdapterEngine] = {}
+    for members in groups.values():
+        base_spec = replace(members[0], name="+".join(s.name for s in members))
+        slots = LoraSlots(len(members), max(loras[s.name].rank for s in members))
+        options = replace(engine_options(base_spec, paths[members[0].name], config), lora=slots)
+        base = place(base_spec, options)
+        shared: list[AdapterEngine] = []
+        for spec in members:
+            views[spec.name] = AdapterEngine(spec.name, base, loras[spec.name], shared=shared)
+    return views

@@ -51,6 +51,9 @@ class SamplingParams:
     """Routing hint, not sampling: calls with the same key (the episode id) go to the same
     replica, which holds their shared prefix in its cache (`scale.router`). Engines ignore
     it."""
+    adapter: str = ""
+    """The LoRA adapter that serves the call ("": the base model). Set by the model's
+    `engine.adapter.AdapterEngine`, never by callers: a model's adapter is its identity."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ or whose caller went away, leave the batch (and the cache) at once, so they cost
 nothing more; requests that arrive meanwhile wait for the next wave.
 
 Weights change only between waves, so all tokens of one call come from one
-policy version.
+policy version. LoRA adapters too (`hf_adapters`): one copy of the base serves every
+model's adapter, each with its own policy version.
 
 Logprobs: for temperature T > 0 a token's logprob is log_softmax(logits / T) at
 that token, i.e. under the tempered distribution *before* top-p truncation
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from swarmrl_server.engine.adapter import Adapter
 from swarmrl_server.engine.base import (
     Engine,
     GenerationChunk,
@@ -42,6 +44,7 @@ from swarmrl_server.engine.base import (
     SamplingParams,
 )
 from swarmrl_server.engine.grammar import GrammarCompiler
+from swarmrl_server.engine.hf_adapters import HFAdapters
 from swarmrl_server.engine.hf_rows import Row, emit, join_chunks, sample_step
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, internal, invalid, unavailable
@@ -73,6 +76,8 @@ class EngineStats:
 class _WeightUpdate:
     state_dict: Mapping[str, torch.Tensor]
     policy_version: int
+    adapter: tuple[str, Adapter] | None = None
+    """A LoRA adapter to load under a model's name instead of base weights."""
     done: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
 
 
@@ -108,6 +113,7 @@ class HFEngine(Engine):
         self._pad_id = int(pad) if pad is not None else self.eos_token_ids[0]
 
         self._policy_version = 0
+        self._adapters = HFAdapters()
         self._cond = threading.Condition()  # guards the fields below
         self._waiting: collections.deque[Row] = collections.deque()
         self._updates: list[_WeightUpdate] = []
@@ -139,6 +145,9 @@ class HFEngine(Engine):
     @property
     def policy_version(self) -> int:
         return self._policy_version
+
+    def adapter_version(self, name: str) -> int:
+        return self._adapters.versions.get(name, 0)
 
     @property
     def stats(self) -> EngineStats:
@@ -176,7 +185,13 @@ class HFEngine(Engine):
     async def update_weights(
         self, state_dict: Mapping[str, torch.Tensor], policy_version: int
     ) -> None:
-        update = _WeightUpdate(state_dict, policy_version)
+        await self._update(_WeightUpdate(state_dict, policy_version))
+
+    async def load_adapter(self, name: str, adapter: Adapter, policy_version: int) -> None:
+        """Loads (or adds) the LoRA adapter `name` between waves (`engine.adapter`)."""
+        await self._update(_WeightUpdate(adapter.tensors, policy_version, (name, adapter)))
+
+    async def _update(self, update: _WeightUpdate) -> None:
         with self._cond:
             running = self._thread is not None and not self._stopping
             if running:
@@ -272,13 +287,19 @@ class HFEngine(Engine):
             waiting, self._waiting = list(self._waiting), collections.deque()
             updates, self._updates = self._updates, []
         for request in waiting:
-            request.finish("abort", self._policy_version)
+            request.finish("abort", self._adapters.version_of(request, self._policy_version))
         for update in updates:
             self._apply_update(update)
 
     def _apply_update(self, update: _WeightUpdate) -> None:
-        """Copies `update.state_dict` into the model, all or nothing."""
+        """Copies `update.state_dict` into the model (or loads the adapter), all or nothing."""
         try:
+            if update.adapter is not None:
+                with self._model_lock:
+                    self.model = self._adapters.load(self.model, *update.adapter,
+                                                     update.policy_version)
+                update.done.set_result(None)
+                return
             with self._model_lock, torch.no_grad():
                 params = self.model.state_dict()
                 unknown = sorted(set(update.state_dict) - set(params))
@@ -303,13 +324,15 @@ class HFEngine(Engine):
         rows = [r for r in wave if not r.cancelled]
         if not rows:
             return
+        for r in rows:  # loads wait for the wave: every token of a call has this version
+            r.version = self._adapters.version_of(r, self._policy_version)
         with self._cond:
             self._waves += 1
             self._wave_sizes.append(len(rows))
             self._active = len(rows)
         try:
             with self._model_lock:
-                self._decode_wave(rows, self._policy_version)
+                self._decode_wave(rows)
         except Exception as exc:  # noqa: BLE001 - a bug or OOM must not kill the scheduler
             error = internal(f"generation failed: {exc!r}")
             error.__cause__ = exc
@@ -321,7 +344,7 @@ class HFEngine(Engine):
                 self._active = 0
 
     @torch.inference_mode()
-    def _decode_wave(self, rows: list[Row], version: int) -> None:
+    def _decode_wave(self, rows: list[Row]) -> None:
         """Prefill + decode loop for one wave; every row ends with a GenerationOutput."""
         from transformers import DynamicCache
 
@@ -341,15 +364,16 @@ class HFEngine(Engine):
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **self._adapters.forward_kwargs(rows),
         )
         logits_B_V = out.logits[:, -1, :].float()
         next_pos_B = mask_B_T.sum(-1)
         while True:
             if self._stopping:
                 for r in rows:  # text held back (a partial character) is dropped
-                    r.finish("abort", version)
+                    r.finish("abort", r.version)
                 return
-            tokens_B = self._sample_and_emit(rows, logits_B_V, version)
+            tokens_B = self._sample_and_emit(rows, logits_B_V)
             keep = [i for i, r in enumerate(rows) if not r.cancelled]
             if not keep:
                 return
@@ -368,6 +392,7 @@ class HFEngine(Engine):
                 position_ids=next_pos_B[:, None],
                 past_key_values=cache,
                 use_cache=True,
+                **self._adapters.forward_kwargs(rows),
             )
             logits_B_V = out.logits[:, -1, :].float()
             next_pos_B = next_pos_B + 1
@@ -375,7 +400,7 @@ class HFEngine(Engine):
                 self._steps += 1
 
     def _sample_and_emit(
-        self, rows: list[Row], logits_B_V: torch.Tensor, version: int
+        self, rows: list[Row], logits_B_V: torch.Tensor
     ) -> torch.Tensor:
         """Samples one token per row, streams it, and marks finished rows `cancelled`.
 
@@ -385,5 +410,5 @@ class HFEngine(Engine):
         with self._cond:  # counted before the tokens reach callers, who may read stats
             self._tokens += len(rows)
         for i, r in enumerate(rows):
-            emit(r, step.tokens[i], step.logprobs[i], step.tops[i], version, self.max_model_len)
+            emit(r, step.tokens[i], step.logprobs[i], step.tops[i], r.version, self.max_model_len)
         return step.tokens_B

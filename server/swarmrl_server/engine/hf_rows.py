@@ -37,6 +37,8 @@ class Row:
     queue: asyncio.Queue[GenerationChunk | GenerationOutput | BaseException]
     stream: TextStream
     generator: torch.Generator | None
+    version: int = 0
+    """The policy version of the weights serving the call (set when its wave starts)."""
     matcher: Any = None
     """xgrammar matcher when the call is constrained (see engine.grammar)."""
     cancelled: bool = False

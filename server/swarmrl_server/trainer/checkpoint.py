@@ -3,7 +3,9 @@
 Layout: ``<data_dir>/checkpoints/<model>/step-<N>/`` holding
 
 - the model in HF format (``model.safetensors``, config, tokenizer), so a checkpoint
-  is also something ``swarmrl serve --model DIR`` can serve;
+  is also something ``swarmrl serve --model DIR`` can serve; under LoRA the adapter
+  alone in peft's layout (``adapter_model.safetensors``, ``adapter_config.json``:
+  `trainer/lora.py`);
 - ``optimizer.pt`` (AdamW state) and ``rng.pt`` (torch, numpy and random states);
 - ``trainer_state.json``: model name, step, policy version, trainer config and the
   ids of the episodes consumed up to this step.
@@ -149,10 +151,26 @@ def load_state(path: Path) -> TrainerState:
 
 
 def load_into(path: Path, model: Any, optimizer: torch.optim.Optimizer) -> TrainerState:
-    """Loads weights, optimizer and RNG states from a checkpoint; returns its trainer state."""
-    from safetensors.torch import load_file
+    """Loads weights (or the LoRA adapter), optimizer and RNG states from a checkpoint;
+    returns its trainer state."""
+    from swarmrl_server.trainer import lora
 
     state = load_state(path)
+    if lora.is_lora(model) or lora.is_adapter_checkpoint(path):
+        if not lora.is_lora(model):
+            raise ValueError(f"checkpoint {path} holds a LoRA adapter: resume it with the "
+                             f"lora_rank it was trained with ({state.config.get('lora_rank')})")
+        lora.load_adapter(path, model)
+    else:
+        _load_full_weights(path, model)
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    return state
+
+
+def _load_full_weights(path: Path, model: Any) -> None:
+    from safetensors.torch import load_file
+
     weights = load_file(str(path / "model.safetensors"))
     missing, unexpected = model.load_state_dict(weights, strict=False)
     # Tied weights (lm_head = embed_tokens) are saved once; anything else missing is an error.
@@ -164,6 +182,3 @@ def load_into(path: Path, model: Any, optimizer: torch.optim.Optimizer) -> Train
         raise ValueError(f"checkpoint {path} does not fit the model: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}")
     model.tie_weights()
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
-    return state

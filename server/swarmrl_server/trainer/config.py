@@ -150,6 +150,20 @@ class TrainerConfig:
     worker_gpus: float = 0.0
     """Ray: GPUs each trainer worker reserves (1 with device=cuda on a GPU cluster)."""
 
+    # -- LoRA (trainer/lora.py) -------------------------------------------------------
+    lora_rank: int = 0
+    """Train a LoRA adapter of this rank on the frozen model (peft) instead of every weight
+    (0 = full fine-tuning). Weight syncs then move only the adapter; models with the same
+    source and engine share one base (one copy on hf, one vLLM server for all adapters)."""
+    lora_alpha: int = 16
+    """LoRA scaling numerator: the adapter's update is scaled by lora_alpha / lora_rank."""
+    lora_target_modules: str = "all-linear"
+    """Modules that get an adapter: all-linear (every linear layer but the output head), or
+    names separated by commas, e.g. q_proj,k_proj,v_proj,o_proj."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapter's input while training (> 0: the trainer's recomputed
+    logprobs then differ from the sampler's even on-policy)."""
+
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> TrainerConfig:
         """Parses `--train-option` strings; raises TrainerConfigError naming the bad key."""
@@ -254,11 +268,28 @@ class TrainerConfig:
             raise TrainerConfigError(
                 "grad_checkpointing cannot be combined with packing: the tree forward keeps "
                 "K/V blocks across calls, which recomputation in backward cannot see")
+        self._validate_lora()
         try:
             choices.check_names(adv_estimator=self.adv_estimator, policy_loss=self.policy_loss,
                                 loss_agg_mode=self.loss_agg_mode, kl_penalty=self.kl_penalty)
         except choices.UnknownName as exc:
             raise TrainerConfigError(str(exc)) from None
+
+    def _validate_lora(self) -> None:
+        """Ranges of the lora_* options; whether the target modules exist is checked against
+        the model when it is wrapped (trainer/lora.py)."""
+        if self.lora_rank < 0:
+            raise TrainerConfigError(
+                f"lora_rank must be >= 0 (0 = full fine-tuning); got {self.lora_rank}")
+        if not self.lora_alpha > 0:
+            raise TrainerConfigError(f"lora_alpha must be > 0; got {self.lora_alpha}")
+        if not 0 <= self.lora_dropout < 1:
+            raise TrainerConfigError(f"lora_dropout must be in [0, 1); got {self.lora_dropout}")
+        targets = [t.strip() for t in self.lora_target_modules.split(",")]
+        if not all(targets) or ("all-linear" in targets and len(targets) > 1):
+            raise TrainerConfigError(
+                f"lora_target_modules={self.lora_target_modules!r}: expected all-linear or "
+                "module names separated by commas (e.g. q_proj,v_proj)")
 
 
 def options_per_model(options: dict[str, str], models: list[str]) -> dict[str, dict[str, str]]:

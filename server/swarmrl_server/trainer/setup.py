@@ -6,16 +6,22 @@ adapters), `build_optimizer` decides which parameters AdamW updates (those that 
 grad), `build_reference` loads the frozen model of the KL penalty. Checkpoints
 (`checkpoint.py`, `distributed.save_sharded`) save and load whatever these built, and
 `WorkerGroup.weights()` is what the engines are sent.
+
+LoRA (`lora_rank > 0`, trainer/lora.py): `build_policy` wraps the model in a fresh adapter,
+so only the adapter requires grad (and gets AdamW state); the KL reference is then the
+policy itself with the adapter off (`reference_for`), not a second copy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from swarmrl_server.models import load_model
+from swarmrl_server.trainer import lora
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.config import options_per_model as options_per_model
 from swarmrl_server.trainer.device import Placement, enable_gradient_checkpointing
@@ -40,8 +46,20 @@ def build_policy(path: Path, config: TrainerConfig, placement: Placement | None)
         model.to(placement.device)  # type: ignore[arg-type]
     if config.grad_checkpointing:
         enable_gradient_checkpointing(model)
+    model = lora.wrap(model, config, base_path=path)
     model.train()
     return Policy(model, int(pad))
+
+
+def reference_for(policy: Policy, path: Path, config: TrainerConfig, placement: Placement
+                  ) -> dict[str, Any]:
+    """The StepRunner arguments of the KL reference: none without kl_coef; under LoRA the
+    policy with its adapter off; else a frozen copy of the initial weights."""
+    if config.kl_coef == 0:
+        return {}
+    if lora.is_lora(policy.model):
+        return {"ref_model": policy.model, "ref_context": lora.reference}
+    return {"ref_model": build_reference(path, placement)}
 
 
 def build_reference(path: Path, placement: Placement) -> torch.nn.Module:

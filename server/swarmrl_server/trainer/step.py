@@ -20,11 +20,12 @@ This module is synchronous torch code; the trainer runs it off the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -39,6 +40,13 @@ ForwardFn = Callable[
     [torch.nn.Module, Sequence[Timeline], int], tuple[list[torch.Tensor], list[torch.Tensor]]
 ]
 """(model, rows, pad id) -> per-row logprobs and entropies aligned with token_ids[1:]."""
+RefContext = Callable[[torch.nn.Module], contextlib.AbstractContextManager[Any]]
+"""Around the reference forward: what turns `ref_model` into the reference (LoRA: the
+policy itself with its adapter off, `trainer.lora.reference`)."""
+
+
+def _as_is(model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
 
 
 def forward_for(packing: bool) -> ForwardFn:
@@ -223,12 +231,14 @@ class StepRunner:
         forward: ForwardFn | None = None,
         placement: Placement = CPU,
         dp: DataParallel | None = None,
+        ref_context: RefContext = _as_is,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.config = config
         self.pad_id = pad_id
         self.ref_model = ref_model
+        self.ref_context = ref_context
         self.forward: ForwardFn = forward or forward_timelines
         self.placement = placement
         self.dp = dp
@@ -352,7 +362,7 @@ class StepRunner:
             )
         metrics["_entropy_sum"] = float((entropy_E_L.detach() * mask_E_L).sum())
         if self.ref_model is not None and self.config.kl_coef > 0:
-            with torch.no_grad():
+            with torch.no_grad(), self.ref_context(self.ref_model):
                 ref_R, _ = self.forward(self.ref_model, rows, self.pad_id)
             ref_logprobs_E_L = gather(episodes, ref_R, L)
             kl_E_L = algorithms.kl_penalty(logprobs_E_L, ref_logprobs_E_L, self.config.kl_penalty)

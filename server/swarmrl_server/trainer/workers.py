@@ -20,10 +20,10 @@ from typing import Protocol
 import torch
 
 from swarmrl_server.timelines.flops import ModelShape
-from swarmrl_server.trainer import checkpoint
+from swarmrl_server.trainer import checkpoint, lora
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.device import Placement
-from swarmrl_server.trainer.setup import build_optimizer, build_policy, build_reference
+from swarmrl_server.trainer.setup import build_optimizer, build_policy, reference_for
 from swarmrl_server.trainer.step import EpisodeRows, StepRunner, StepStats, forward_for
 
 
@@ -38,7 +38,8 @@ class WorkerGroup(Protocol):
         ...
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """The whole model's trained weights on the CPU (what the engines are sent)."""
+        """The trained weights on the CPU (what the engines are sent): the whole model's, or
+        under LoRA the adapter's alone."""
         ...
 
     def save(self, root: Path, state: checkpoint.TrainerState, *, source_dir: Path | None,
@@ -60,19 +61,19 @@ class LocalGroup:
     def __init__(self, path: Path, config: TrainerConfig) -> None:
         placement = Placement.for_option(config.device, bf16=config.bf16)
         policy = build_policy(path, config, placement)
-        ref = build_reference(path, placement) if config.kl_coef > 0 else None
         self.model = policy.model
         self.optimizer = build_optimizer(policy.model, config)
         self.runner = StepRunner(
-            policy.model, self.optimizer, config, pad_id=policy.pad_id, ref_model=ref,
-            forward=forward_for(config.packing), placement=placement)
+            policy.model, self.optimizer, config, pad_id=policy.pad_id,
+            forward=forward_for(config.packing), placement=placement,
+            **reference_for(policy, path, config, placement))
         self.shape = ModelShape.from_model(policy.model)
 
     def step(self, episodes: Sequence[EpisodeRows], advantages_E_L: torch.Tensor) -> StepStats:
         return self.runner.run(episodes, advantages_E_L)
 
     def weights(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        return lora.policy_weights(self.model)
 
     def save(self, root: Path, state: checkpoint.TrainerState, *, source_dir: Path | None,
              keep: int) -> Path:
