@@ -3,7 +3,7 @@
 A planner is either a Python function (``planner.function: module:function``, called
 with the results and the study as plain data, returning proposals) or any
 OpenAI-compatible model (``planner.base_url`` + ``planner.model``: an external one,
-or one that a swarm server serves), asked through the official ``openai`` client to
+or a swarm server's shim at an episode's base URL), asked through the official ``openai`` client to
 reply with JSON. A proposal is ``{"overrides": {KEY: VALUE, ...}, "why": "..."}``
 (or the overrides map alone). Each one is validated exactly as the study file's
 variations are (`schema.check_overrides`: the server's and the trainer's own
