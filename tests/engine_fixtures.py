@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,12 +30,29 @@ VLLM_PYTHON = Path(os.environ.get("SWARMRL_VLLM_PYTHON") or REPO / ".venv-vllm" 
 @pytest.fixture(scope="session")
 def vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a real `vllm serve` of the tiny model (fp32, max_model_len MAX_LEN)."""
+    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm"))
+
+
+@pytest.fixture(scope="session")
+def vllm_lora_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[str]:
+    """URL of a real `vllm serve --enable-lora` of the tiny model (2 adapters of rank <= 8,
+    loaded at runtime), launched as `VLLMEngine` launches one for LoRA models."""
+    from swarmrl_server.engine.adapter import LoraSlots
+
+    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm-lora"),
+                           extra_args=LoraSlots(2, 8).serve_args(),
+                           extra_env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
+
+
+def launch_vllm(model_dir: Path, log_dir: Path, **kwargs: Any) -> Iterator[str]:
+    """Starts `vllm serve` exactly as `LaunchedServer` does, yields its URL, stops it."""
     from swarmrl_server.engine.vllm_server import LaunchedServer
 
     if not VLLM_PYTHON.exists():  # a failure, not a skip: `make test` builds it
         pytest.fail(f"no vLLM venv at {VLLM_PYTHON}: run `make vllm-venv`")
-    server = LaunchedServer("tiny", tiny_model_dir, python=VLLM_PYTHON,
-                            log_dir=tmp_path_factory.mktemp("vllm"), max_model_len=MAX_LEN)
+    server = LaunchedServer("tiny", model_dir, python=VLLM_PYTHON, log_dir=log_dir,
+                            max_model_len=MAX_LEN, **kwargs)
     proc = server._spawn()
     try:
         deadline = time.monotonic() + 400

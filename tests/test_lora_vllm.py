@@ -1,0 +1,109 @@
+"""LoRA on a real `vllm serve --enable-lora` (the session's, from .venv-vllm): two models
+trained as adapters of one base by two trainers at once, served by ONE vLLM server.
+
+After each trainer step the new adapter version is written to a new directory and loaded
+at runtime under a new name; the served logprobs of that version equal the trainer's
+recompute (fp32, <= 1e-4), every recorded call carries the version of the adapter that
+produced it, the two models' policy versions move independently, and a sync moves the
+adapter's bytes, not the model's."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import swarmrl
+from swarmrl_server.app import RunningServer, start_server
+from swarmrl_server.config import ModelSpec, ServerConfig
+from swarmrl_server.engine.adapter import AdapterEngine
+from swarmrl_server.engine.base import SamplingParams
+from swarmrl_server.engine.vllm import VLLMEngine
+from tests.helpers import assert_eventually
+from tests.test_lora_serving import recompute
+from tests.test_trainer_vllm import PROMPT, run
+
+pytestmark = pytest.mark.slow
+
+TRAIN = {"lora_rank": "8", "lora_alpha": "16", "batch_rule": "groups", "group_size": "2",
+         "batch_size": "1", "lr": "5e-2", "progress": "false", "checkpoint_every": "0",
+         "checkpoint_on_stop": "false"}
+
+
+@pytest.fixture
+async def two_adapters(vllm_lora_url: str, model_cache: Path, tmp_path: Path
+                       ) -> AsyncIterator[RunningServer]:
+    models = tuple(ModelSpec(n, "tiny", engine="vllm", urls=(vllm_lora_url,)) for n in "ab")
+    config = ServerConfig(models=models, port=0, http_port=None, data_dir=tmp_path / "data",
+                          cache_dir=model_cache, grace_s=0.5, train=True, train_options=TRAIN)
+    running = await start_server(config)
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def play(client: swarmrl.AsyncSwarmClient, group: str, models: list[str],
+               seeds: tuple[int, ...] = (0, 1)) -> list[str]:
+    """A group of episodes, each calling every model in `models` once; rewards differ."""
+    ids = []
+    for seed in seeds:
+        async with client.episode(task_id="t", group_id=group, models=["a", "b"]) as ep:
+            for m in models:
+                await ep.generate_tokens(PROMPT, model=m, max_tokens=8, temperature=1.0,
+                                         seed=seed)
+            await ep.reward(float(seed % 2))
+            ids.append(ep.id)
+    return ids
+
+
+def check(condition: bool) -> None:
+    assert condition
+
+
+async def test_two_adapters_on_one_vllm_server_train_at_once(two_adapters: RunningServer) -> None:
+    swarm = two_adapters.swarm
+    a, b = swarm.models["a"], swarm.models["b"]
+    assert isinstance(a.engine, AdapterEngine) and isinstance(b.engine, AdapterEngine)
+    base = a.engine.base
+    assert b.engine.base is base and isinstance(base, VLLMEngine) and len(base.servers) == 1
+
+    async with swarmrl.AsyncSwarmClient(two_adapters.grpc_target) as client:
+        round1 = await play(client, "g1", ["a", "b"])  # both trainers step (at once)
+        await assert_eventually(
+            lambda: check(a.engine.policy_version == 1 == b.engine.policy_version), timeout=180)
+        round2 = await play(client, "g2", ["a"], seeds=(2, 3))  # only a steps again
+        await assert_eventually(lambda: check(a.engine.policy_version == 2), timeout=180)
+        round3 = await play(client, "g3", ["a", "b"], seeds=(4,))
+    assert (a.trainer.policy_version, b.trainer.policy_version) == (2, 1)
+
+    # No token carries a wrong version: each call is stamped with its adapter's version.
+    expected = [(round1, {"a": 0, "b": 0}), (round2, {"a": 1}), (round3, {"a": 2, "b": 1})]
+    for ids, versions in expected:
+        for episode_id in ids:
+            record = await swarm.episodes.get(episode_id, with_calls=True)
+            assert {c.model: c.policy_version for c in record.calls} == versions
+
+    # The served logprobs of each adapter's latest version equal its trainer's recompute.
+    sampling = SamplingParams(temperature=0.7, max_tokens=12, seed=11)
+    for host, version in ((a, 2), (b, 1)):
+        out = await run(host.engine, sampling)  # type: ignore[arg-type]
+        assert out.policy_version == version
+        model: Any = host.trainer.group.model
+        model.eval()
+        served = torch.tensor(out.logprobs)
+        assert (served - recompute(model, out.completion_ids, 0.7)).abs().max() <= 1e-4
+        with model.disable_adapter():
+            assert (served - recompute(model, out.completion_ids, 0.7)).abs().max() > 1e-3
+
+    # A sync moved the adapter alone, into a new directory, loaded under a new name; the
+    # old version was unloaded once idle.
+    full = sum(p.numel() * 4 for p in a.trainer.group.model.get_base_model().parameters())
+    assert 0 < a.engine.last_sync_bytes < 0.05 * full
+    served_names = {m["id"] for m in (await base.servers[0]._call("GET", "/v1/models"))["data"]}
+    assert {"a-v2", "b-v1"} <= served_names and "a-v1" not in served_names
+    adapter_dirs = sorted(p.name for p in (base.weights_dir / "a").iterdir())
+    assert adapter_dirs == ["v2"]
