@@ -40,6 +40,19 @@ def test_kinds_are_registered_once_with_their_resources() -> None:
         with_engines((ModelSpec.parse("a=tiny@echo"),), "hf", ["a=http://10.0.0.5:8100"])
 
 
+def test_the_vllm_builder_attaches_and_writes_under_the_work_dir(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from swarmrl_server.engine.vllm import VLLMEngine
+
+    options = EngineOptions(name="m", path=tiny_model_dir, urls=("http://127.0.0.1:9",),
+                            work_dir=tmp_path, trainable=True)
+    engine = build_engine("vllm", options)  # attached: nothing is launched or contacted
+    assert isinstance(engine, VLLMEngine) and engine.trainable
+    assert [s.url for s in engine.servers] == ["http://127.0.0.1:9"]
+    assert engine.weights_dir == tmp_path / "vllm" / "vllm-weights" / "m"
+
+
 def test_one_loader_places_every_model(model_cache: Path, tiny_model_dir: Path) -> None:
     config = ServerConfig(models=(ModelSpec("a", "tiny", "echo"), ModelSpec("b", "tiny", "echo")),
                           cache_dir=model_cache, max_batch_size=7)

@@ -114,9 +114,13 @@ def _hf(o: EngineOptions) -> Engine:
 
 
 def _vllm(o: EngineOptions) -> Engine:
+    """As `swarmrl serve --engine vllm` builds it: logs and synced weights under
+    `<work_dir>/vllm`."""
     from swarmrl_server.engine.vllm import VLLMEngine
 
-    return VLLMEngine.from_options(o)
+    work = (o.work_dir or Path.cwd() / "runs") / "vllm"
+    return VLLMEngine(o.name, o.path, urls=o.urls, python=o.vllm_python, log_dir=work,
+                      trainable=o.trainable, lora=o.lora)
 
 
 def _echo(o: EngineOptions) -> Engine:

@@ -59,7 +59,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import torch
@@ -81,9 +81,6 @@ from swarmrl_server.engine.vllm_server import (
 )
 from swarmrl_server.errors import Reason, invalid, unavailable
 from swarmrl_server.limits import check_prompt_ids, check_sampling
-
-if TYPE_CHECKING:
-    from swarmrl_server.engine.registry import EngineOptions
 
 # httpx logs every request at INFO: one line per generation would drown the server's log.
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -174,13 +171,6 @@ class VLLMEngine(Engine):
         """Each model's adapter version serving new calls."""
         self._retired: list[_Served] = []
         """Older adapter versions, unloaded once their last call ends."""
-
-    @classmethod
-    def from_options(cls, o: EngineOptions) -> VLLMEngine:
-        """As `swarmrl serve --engine vllm` builds it: logs and weights under `o.work_dir`."""
-        work = (o.work_dir or Path.cwd() / "runs") / "vllm"
-        return cls(o.name, o.path, urls=o.urls, python=o.vllm_python, log_dir=work,
-                   trainable=o.trainable, lora=o.lora)
 
     # ---- lifecycle --------------------------------------------------------------
 
