@@ -54,14 +54,12 @@ INDEPENDENT = {("grpc", "http")}
 KNOWN: dict[str, set[tuple[str, ...]]] = {
     # Circles among modules, by their members.
     "circles": {
-        ("swarmrl_server.engine.registry", "swarmrl_server.engine.vllm"),
         ("swarmrl_server.study.commands", "swarmrl_server.study.schema"),
     },
     # Layer breaches, as (importer, imported) among LAYERS' names.
     "layers": {
         ("http", "grpc"),  # http/auth, http/app, http/observe use grpc/auth's KeyRing
         ("observe.viewer", "http"),  # viewer/web renders errors with http/errors
-        ("limits", "engine"),  # limits.py reads engine/base's sampling types
         ("trainer", "scale"),  # trainer/ray_group places its workers with scale/cluster
         ("hosting", "trainer"),  # the host loader reads trainer/config and trainer/lora
     },

@@ -16,13 +16,10 @@ import gc
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from swarmrl_proto.v1 import types_pb2
 from swarmrl_server.errors import invalid
-
-if TYPE_CHECKING:
-    from swarmrl_server.engine.base import SamplingParams
 
 MAX_MESSAGES = 4096
 """Messages in one chat request."""
@@ -124,7 +121,24 @@ def check_stop(stop: Sequence[str], field: str = "sampling.stop") -> None:
             raise invalid(f"{field}[{i}]", "must not be empty")
 
 
-def check_sampling(params: SamplingParams, vocab_size: int, prefix: str = "params") -> None:
+class SamplingFields(Protocol):
+    """What `check_sampling` reads (`engine.base.SamplingParams` has it)."""
+
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def top_p(self) -> float: ...
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def top_logprobs(self) -> int: ...
+    @property
+    def stop(self) -> Sequence[str]: ...
+    @property
+    def stop_token_ids(self) -> Sequence[int]: ...
+
+
+def check_sampling(params: SamplingFields, vocab_size: int, prefix: str = "params") -> None:
     """The one check of sampling parameters, used by every engine and (through
     `episodes.resolve`) by the front doors.
 
