@@ -102,7 +102,9 @@ def resolve_sampling(
         top_p = policy.force_top_p
         if s.top_p is not None:
             overridden["top_p"] = top_p
-    return dataclasses.replace(params, temperature=temperature, top_p=top_p), overridden
+    if (temperature, top_p) != (params.temperature, params.top_p):  # a forced value
+        params = dataclasses.replace(params, temperature=temperature, top_p=top_p)
+    return params, overridden
 
 
 def resolve_prompt(
@@ -143,11 +145,11 @@ def resolve_prompt(
 
 
 def fit_to_context(
-    params: SamplingParams, requested_max_tokens: int | None, n_prompt: int,
-    max_model_len: int, input_field: str,
-) -> SamplingParams:
-    """`params` with max_tokens cut to the room the prompt leaves; a prompt that leaves
-    none, or a client's max_tokens that does not fit, is refused."""
+    max_tokens: int, requested_max_tokens: int | None, n_prompt: int, max_model_len: int,
+    input_field: str,
+) -> int:
+    """`max_tokens` cut to the room the prompt leaves; a prompt that leaves none, or a
+    client's max_tokens that does not fit, is refused."""
     room = max_model_len - n_prompt
     if room <= 0:
         raise invalid(
@@ -159,7 +161,7 @@ def fit_to_context(
             f"{requested_max_tokens} + prompt of {n_prompt} tokens exceeds the "
             f"context of {max_model_len}",
         )
-    return dataclasses.replace(params, max_tokens=min(params.max_tokens, room))
+    return min(max_tokens, room)
 
 
 def resolve(
@@ -183,10 +185,12 @@ def resolve(
         host, messages=messages, tools=tools, token_ids=token_ids,
         earlier_calls=earlier_calls, input_field=input_field, annotations=annotations,
     )
-    params = fit_to_context(
-        params, sampling.max_tokens, len(prompt_ids), host.engine.max_model_len, input_field
+    max_tokens = fit_to_context(
+        params.max_tokens, sampling.max_tokens, len(prompt_ids), host.engine.max_model_len,
+        input_field,
     )
+    params = dataclasses.replace(params, max_tokens=max_tokens, affinity_key=affinity_key)
     return ResolvedRequest(
-        prompt_ids=prompt_ids, params=dataclasses.replace(params, affinity_key=affinity_key),
-        overridden=overridden, chat=chat, rendered_text=rendered_text,
+        prompt_ids=prompt_ids, params=params, overridden=overridden, chat=chat,
+        rendered_text=rendered_text,
     )
