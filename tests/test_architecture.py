@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("swarm",),  # the server's state, one object
     ("episodes",),  # sessions, episodes, request resolution, generation
     ("observe.metrics",),  # each training step's metrics
-    ("hosting", "events", "timelines"),
+    ("hosting", "events", "pauses", "timelines"),
     ("config",),
     ("engine",),  # the engine registry and engines (hf, vllm, echo)
     ("models", "store", "limits", "identity", "observe.telemetry"),

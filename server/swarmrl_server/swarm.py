@@ -27,6 +27,7 @@ from swarmrl_server.events import EventLog
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.identity import IN_PROCESS, Principal
 from swarmrl_server.observe.telemetry import GaugeSample, Telemetry
+from swarmrl_server.pauses import ADMIN, Pauses
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
 
@@ -65,15 +66,16 @@ class Swarm:
         self.store = SqliteStore(":memory:" if data_dir is None else data_dir / "swarm.sqlite3")
         self.events = EventLog(self.store)
         self.telemetry = Telemetry()
+        self.pauses = Pauses(models, self.events)
+        """Who holds which model's generation paused (the admin, each model's trainer)."""
         self.telemetry.add_gauges(self._live_gauges)
         self.sessions = SessionTable(self.store, self._abort_session)
         self.episodes = EpisodeRegistry(
             self.store, models, EpisodeKeys(load_secret(data_dir)), policy=policy,
-            is_paused=lambda: self.paused_reason,
+            is_paused=self.pauses.reason,
             require_session=self.sessions.require, on_ended=self._episode_ended,
             telemetry=self.telemetry,
         )
-        self.paused_reason: str | None = None
         self._agent_versions: dict[str, str] = {}
         """Agent version each session declared when it opened (clients re-declare it
         whenever they reopen, e.g. after a server restart, so memory is enough)."""
@@ -139,15 +141,19 @@ class Swarm:
 
     # -- admin ---------------------------------------------------------------------
 
+    @property
+    def paused_reason(self) -> str | None:
+        """Why generation of some model is paused (the oldest pause's reason), or None."""
+        return self.pauses.any_reason()
+
     async def pause(self, reason: str) -> None:
-        if self.paused_reason is None:
-            self.paused_reason = reason or "paused by admin"
-            await self.events.append("pausing", reason=self.paused_reason)
+        """The admin pauses generation of every model (a second pause keeps the first
+        reason)."""
+        await self.pauses.hold(ADMIN, reason or "paused by admin")
 
     async def resume(self) -> None:
-        if self.paused_reason is not None:
-            reason, self.paused_reason = self.paused_reason, None
-            await self.events.append("resumed", reason=reason)
+        """Lifts the admin's pause (a trainer's pause of its own model stays)."""
+        await self.pauses.release(ADMIN)
 
     def note_agent_version(self, session_id: str, agent_version: str) -> None:
         """Records the agent version a session declared (the default of its episodes)."""

@@ -96,7 +96,7 @@ class EpisodeRegistry:
         keys: EpisodeKeys,
         *,
         policy: GenerationPolicy | None = None,
-        is_paused: Callable[[], str | None] = lambda: None,
+        is_paused: Callable[[str], str | None] = lambda model: None,
         require_session: Callable[[str, Principal], object] = lambda s, c: None,
         on_ended: Callable[[EpisodeRecord], Awaitable[None]] | None = None,
         telemetry: Telemetry | None = None,
@@ -256,7 +256,7 @@ class EpisodeRegistry:
             yield replay(replayed)
             return
         host = self._resolve_model(open_.record, model)
-        paused = self._is_paused()
+        paused = self._is_paused(host.name)  # only this model's pauses hold this call
         if paused:
             raise unavailable(Reason.GENERATION_PAUSED, f"generation is paused: {paused}")
         calls_of_model = [c for c in open_.calls if c.model == host.name]

@@ -1,14 +1,21 @@
-"""Attaches a trainer to every trainable model of a started swarm (`swarmrl serve --train`)."""
+"""Attaches a trainer to every trainable model of a started swarm (`swarmrl serve --train`):
+the one place that knows both the swarm and the trainer, and builds each trainer's port."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import torch
+
+from swarmrl_server.pauses import TRAINER
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError, options_per_model
+from swarmrl_server.trainer.port import TrainingPort
 from swarmrl_server.trainer.trainer import Trainer
 
 if TYPE_CHECKING:
     from swarmrl_server.config import ServerConfig
+    from swarmrl_server.hosting import ModelHost
     from swarmrl_server.swarm import Swarm
 
 
@@ -25,6 +32,34 @@ async def attach_trainers(swarm: Swarm, config: ServerConfig) -> None:
     for host in swarm.models.values():
         if not host.trainable:
             continue
-        trainer = Trainer(swarm, host, TrainerConfig.from_options(per_model[host.name]))
+        trainer = Trainer(training_port(swarm, host),
+                          TrainerConfig.from_options(per_model[host.name]))
         await trainer.start(resume=config.resume)
         host.trainer = trainer
+
+
+def training_port(swarm: Swarm, host: ModelHost) -> TrainingPort:
+    """What the trainer of `host`'s model sees of `swarm`."""
+    if host.path is None:
+        raise TrainerConfigError(f"model {host.name!r} has no weights directory to train from")
+    return TrainingPort(
+        model=host.name, weights_dir=host.path, data_dir=swarm.data_dir, store=swarm.store,
+        metrics=swarm.telemetry, pause=swarm.pauses.holder(TRAINER, host.name),
+        weights=EngineWeights(swarm, host), active_sessions=swarm.active_session_ids,
+    )
+
+
+class EngineWeights:
+    """New weights to the model's engine, then the clients told (`port.WeightsOut`)."""
+
+    def __init__(self, swarm: Swarm, host: ModelHost) -> None:
+        self._swarm = swarm
+        self._host = host
+
+    @property
+    def served_version(self) -> int:
+        return self._host.engine.policy_version
+
+    async def push(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        await self._host.engine.update_weights(state_dict, version)
+        await self._swarm.policy_version_changed(self._host.name, version)

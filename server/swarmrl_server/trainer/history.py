@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from swarmrl_server.store.sqlite import SqliteStore
+from swarmrl_server.trainer.port import TrainingStore
 
 LOST_WEIGHTS = ("drop", "offpolicy")
 
@@ -49,7 +49,7 @@ class Recovery:
 class VersionHistory:
     """One model's view of the version log."""
 
-    store: SqliteStore
+    store: TrainingStore
     model: str
     issued_max: int = 0
     lost: set[int] = field(default_factory=set)

@@ -6,10 +6,11 @@ thread, so the gRPC event loop keeps serving) → policy version + 1 → weights
 pushed to the engine → episodes marked consumed in the store → metrics →
 checkpoint when due.
 
-The trainer owns its own copy of the model, loaded from the host's directory, and
-talks to the engine only through `Engine.update_weights`: on CPU the two could
-share a module, but on GPU they are different processes, and the interface is the
-same for both.
+The trainer sees the server only through its `TrainingPort` (port.py): the store's
+reads and its ledger, a metrics sink, its own pause holder of its model, and where new
+weights go. It owns its own copy of the model (in its `WorkerGroup`, workers.py),
+loaded from the model's directory: on CPU trainer and engine could share a module, but
+on GPU they are different processes, and the interface is the same for both.
 
 Exactly once: an episode is consumed (trained or dropped) in exactly one step,
 recorded in the store with that step. A restarted server resumes from a
@@ -22,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -35,12 +35,9 @@ from swarmrl_server.trainer import breakdown, checkpoint
 from swarmrl_server.trainer.batching import Batcher, BatchPlan
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from swarmrl_server.trainer.history import LOST_WEIGHTS, Recovery, VersionHistory
+from swarmrl_server.trainer.port import TrainingPort
 from swarmrl_server.trainer.step import EpisodeRows, batch_advantages, episode_rows, generated_mask
 from swarmrl_server.trainer.workers import WorkerGroup, start_group
-
-if TYPE_CHECKING:
-    from swarmrl_server.hosting import ModelHost
-    from swarmrl_server.swarm import Swarm
 
 log = structlog.get_logger("swarmrl.trainer")
 
@@ -52,17 +49,14 @@ class Trainer:
     """Trains one model on the episodes that call it."""
 
     def __init__(
-        self, swarm: Swarm, host: ModelHost, config: TrainerConfig, *, log_dir: Path | None = None
+        self, port: TrainingPort, config: TrainerConfig, *, log_dir: Path | None = None
     ) -> None:
-        if host.path is None:
-            raise TrainerConfigError(f"model {host.name!r} has no weights directory to train from")
-        self.swarm = swarm
-        self.host = host
-        self.name = host.name
+        self.port = port
+        self.name = port.model
         self.config = config
-        self.data_dir = swarm.data_dir
-        self.log_dir = log_dir if log_dir is not None else swarm.data_dir
-        self.batcher = Batcher(config, model=host.name)
+        self.data_dir = port.data_dir
+        self.log_dir = log_dir if log_dir is not None else port.data_dir
+        self.batcher = Batcher(config, model=port.model)
         self.step = 0
         self.policy_version = 0
         self.last_checkpoint_step = -1
@@ -78,9 +72,8 @@ class Trainer:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # a step and a checkpoint never overlap
         self._last_step_end = time.monotonic()
-        self._paused_reason: str | None = None
         self._unreported: dict[str, int] = {}
-        self.history = VersionHistory(swarm.store, host.name)
+        self.history = VersionHistory(port.store, port.model)
         self.recovery = Recovery()
         self._recovery_unreported = True
         self.offpolicy_lost = 0
@@ -92,8 +85,8 @@ class Trainer:
 
     async def start(self, resume: Path | None = None) -> None:
         """Loads the model (and a checkpoint), picks up unconsumed episodes, starts the loop."""
-        self.group = group = await asyncio.to_thread(start_group, self.host.path, self.config)
-        store = self.swarm.store
+        self.group = group = await asyncio.to_thread(start_group, self.port.weights_dir, self.config)
+        store = self.port.store
         if self.config.lost_weights not in LOST_WEIGHTS:
             raise TrainerConfigError(f"lost_weights must be one of {LOST_WEIGHTS}")
         if resume is None and self.data_dir is not None:
@@ -120,7 +113,7 @@ class Trainer:
             log.info("trainer_resumed", model=self.name, checkpoint=str(path), step=self.step,
                      policy_version=self.policy_version)
         else:
-            self.policy_version = self.host.engine.policy_version
+            self.policy_version = self.port.weights.served_version
             # No checkpoint: whatever was trained before is lost with its weights.
             self.recovery = await self.history.recover(0, self.policy_version)
             await store.forget_consumed_after(self.name, 0)
@@ -188,13 +181,13 @@ class Trainer:
     async def _save_checkpoint_locked(self) -> Path:
         assert self.data_dir is not None and self.group is not None
         root = checkpoint.checkpoint_root(self.data_dir, self.name)
-        consumed = await self.swarm.store.consumed_episodes(self.name)
+        consumed = await self.port.store.consumed_episodes(self.name)
         state = checkpoint.TrainerState(
             model=self.name, step=self.step, policy_version=self.policy_version,
             config=self.config.to_dict(),
             consumed=sorted(e for e, s in consumed.items() if s <= self.step),
         )
-        path = await asyncio.to_thread(self.group.save, root, state, source_dir=self.host.path,
+        path = await asyncio.to_thread(self.group.save, root, state, source_dir=self.port.weights_dir,
                                        keep=self.config.keep_checkpoints)
         self.last_checkpoint_step = self.step
         log.info("checkpoint_saved", model=self.name, step=self.step, path=str(path))
@@ -238,27 +231,24 @@ class Trainer:
             await self._resume_generation()
 
     async def _pause_generation(self, reason: str) -> None:
-        if self.swarm.paused_reason is None:
-            await self.swarm.pause(reason)
-            self._paused_reason = self.swarm.paused_reason
+        """Pauses generation of this trainer's model only (its own pause holder)."""
+        await self.port.pause.hold(reason)
 
     async def _resume_generation(self) -> None:
-        """Lifts a pause only if this trainer made it (never an admin's or another's)."""
-        if self._paused_reason is not None and self.swarm.paused_reason == self._paused_reason:
-            await self.swarm.resume()
-        self._paused_reason = None
+        """Lifts this trainer's pause (never an admin's or another holder's)."""
+        await self.port.pause.release()
 
     async def _next_plan(self) -> BatchPlan | None:
         new, self._new = self._new, []
         for episode_id in new:
-            record = await self.swarm.store.get_episode(episode_id, with_calls=True)
+            record = await self.port.store.get_episode(episode_id, with_calls=True)
             if record is None or record.state is not EpisodeState.ENDED:
                 continue
             if any(c.model == self.name for c in record.calls):
                 self._pending[episode_id] = record
             else:
                 self.not_called += 1
-        return self.batcher.plan(list(self._pending.values()), self.swarm.active_session_ids())
+        return self.batcher.plan(list(self._pending.values()), self.port.active_sessions())
 
     def _rows(self, plan: BatchPlan, dropped: dict[str, list[EpisodeRecord]]
               ) -> tuple[list[EpisodeRows], list[int], MergeStats]:
@@ -321,7 +311,7 @@ class Trainer:
             step = self.step + 1
             consumed = [e.episode_id for e in plan.episodes] + [
                 e.episode_id for es in plan.dropped.values() for e in es]
-            await self.swarm.store.mark_consumed(self.name, consumed, step)
+            await self.port.store.mark_consumed(self.name, consumed, step)
         finally:
             if self.config.mode == "sync":
                 await self._resume_generation()
@@ -331,7 +321,7 @@ class Trainer:
             for reason, records in dropped.items():
                 self._unreported[reason] = self._unreported.get(reason, 0) + len(records)
                 self.dropped_total[reason] = self.dropped_total.get(reason, 0) + len(records)
-            self.swarm.telemetry.episodes_dropped_by(
+            self.port.metrics.episodes_dropped_by(
                 self.name, {k: len(v) for k, v in dropped.items()})
             log.info("episodes_dropped", model=self.name,
                      **{k: len(v) for k, v in dropped.items()})
@@ -344,7 +334,7 @@ class Trainer:
         values.update(metrics.staleness_metrics(staleness))
         values.update(metrics.merge_metrics(merged))
         self._count_drops(dropped, values)
-        self.swarm.telemetry.episodes_dropped_by(self.name, {k: len(v) for k, v in dropped.items()})
+        self.port.metrics.episodes_dropped_by(self.name, {k: len(v) for k, v in dropped.items()})
         values.update({
             "actor/policy_version": float(self.policy_version), "actor/lr": self.config.lr,
             "batch/groups": float(len(plan.groups)), "batch/pending": float(len(self._pending)),
@@ -356,7 +346,7 @@ class Trainer:
             self._recovery_unreported = False
         values["recovery/offpolicy_episodes"] = float(self.offpolicy_lost)
         self.writer.write(self.step, values, staleness=staleness)
-        self.swarm.telemetry.trainer_step(self.name, self.step, values, staleness)
+        self.port.metrics.trainer_step(self.name, self.step, values, staleness)
         self._last_step_end = time.monotonic()
         log.debug("train_step", model=self.name, step=self.step, reward=values.get("reward/mean"),
                   loss=values.get("loss/total"))
@@ -385,5 +375,4 @@ class Trainer:
         """Serves the trainer's weights at its policy version and tells the clients."""
         assert self.group is not None
         state = await asyncio.to_thread(self.group.weights)
-        await self.host.engine.update_weights(state, self.policy_version)
-        await self.swarm.policy_version_changed(self.name, self.policy_version)
+        await self.port.weights.push(state, self.policy_version)
