@@ -99,28 +99,33 @@ class Adapter:
         return sorted({k.split(".lora_")[0].rsplit(".", 1)[-1] for k in self.tensors})
 
     def write(self, directory: Path, base_model_path: str | None = None) -> Path:
-        """Writes peft's adapter layout (config + safetensors) into `directory`, which must
-        not exist yet: a new directory per version (vLLM caches by path and prefix); written
-        to a temporary sibling renamed into place, so a reader never sees half of it."""
-        from safetensors.torch import save_file
-
+        """Writes peft's adapter layout into `directory`, which must not exist yet: a new
+        directory per version (vLLM caches by path and prefix); written to a temporary
+        sibling renamed into place, so a reader never sees half of it."""
         if directory.exists():
             raise FileExistsError(f"{directory} exists: every adapter version gets a new one")
         directory.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
         try:
-            config = self.spec.peft_config(base_model_path).to_dict()
-            config["target_modules"] = self.target_modules()
-            config["peft_type"] = "LORA"
-            config["task_type"] = "CAUSAL_LM"
-            (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=1, default=str))
-            tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.tensors.items()}
-            save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+            self.write_files(tmp, base_model_path)
             os.replace(tmp, directory)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return directory
+
+    def write_files(self, directory: Path, base_model_path: str | None = None) -> None:
+        """`adapter_config.json` and `adapter_model.safetensors` into `directory` (what
+        `PeftModel.from_pretrained` and `vllm serve --lora-modules` read)."""
+        from safetensors.torch import save_file
+
+        config = self.spec.peft_config(base_model_path).to_dict()
+        config["target_modules"] = self.target_modules()
+        config["peft_type"] = "LORA"
+        config["task_type"] = "CAUSAL_LM"
+        (directory / ADAPTER_CONFIG).write_text(json.dumps(config, indent=1, default=str))
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.tensors.items()}
+        save_file(tensors, str(directory / ADAPTER_WEIGHTS), metadata={"format": "pt"})
 
 
 class AdapterServer(Protocol):

@@ -260,10 +260,11 @@ class TrainerConfig:
             raise TrainerConfigError(f"workers must be >= 1; got {self.workers}")
         if self.worker_cpus < 0 or self.worker_gpus < 0:
             raise TrainerConfigError("worker_cpus and worker_gpus must be >= 0")
-        if self.workers > 1 and self.kl_coef > 0:
+        if self.workers > 1 and self.kl_coef > 0 and self.lora_rank == 0:
             raise TrainerConfigError(
                 "kl_coef > 0 needs a reference model, which the sharded workers (workers > 1) "
-                "do not hold yet; use workers=1 or kl_coef=0")
+                "do not hold yet; use workers=1, kl_coef=0, or LoRA (lora_rank > 0: the "
+                "reference is the base with the adapter off)")
         if self.grad_checkpointing and self.packing:
             raise TrainerConfigError(
                 "grad_checkpointing cannot be combined with packing: the tree forward keeps "

@@ -26,6 +26,11 @@ Checkpoints: `save_sharded` writes the model and optimizer shards with
 torch.distributed.checkpoint (DCP). DCP reshards on load, so a checkpoint written by N
 workers resumes on M workers; a checkpoint without shards (written by the one-process
 trainer) is refused with a clear error.
+
+LoRA (`lora_rank > 0`): every worker wraps its model before sharding; frozen base and
+trained adapter share the FSDP2 units, only the adapter has gradients and AdamW state.
+Syncs and checkpoints gather and write the adapter alone (`ignore_frozen_params`), and
+the KL reference is the policy with its adapter off, as in one process.
 """
 
 from __future__ import annotations
@@ -42,9 +47,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from swarmrl_server.trainer import lora
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.device import Placement
-from swarmrl_server.trainer.setup import build_optimizer, build_policy
+from swarmrl_server.trainer.setup import build_optimizer, build_policy, reference_for
 from swarmrl_server.trainer.step import EpisodeRows, StepRunner, StepStats, forward_for
 
 SHARDED_DIR = "sharded"
@@ -143,14 +149,23 @@ def shard_model(model: torch.nn.Module, device: torch.device) -> None:
     fully_shard(model)
 
 
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The whole model's weights on CPU (a collective: every worker must call it; all get
-    the full dict)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+def _options(model: torch.nn.Module, **kwargs: bool) -> Any:
+    """DCP state-dict options: under LoRA only the trained (adapter) parameters, so neither
+    a sync nor a checkpoint gathers or writes the frozen base."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    sd = get_model_state_dict(
-        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return {k: v for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    return StateDictOptions(ignore_frozen_params=lora.is_lora(model), **kwargs)
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights on CPU (a collective: every worker must call it; all get the
+    full dict); under LoRA the adapter's alone, under peft's saved names."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    sd = get_model_state_dict(model, options=_options(model, full_state_dict=True,
+                                                      cpu_offload=True))
+    tensors = {k: v for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    return lora.adapter_tensors(model, tensors) if lora.is_lora(model) else tensors
 
 
 def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -158,7 +173,7 @@ def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
     from torch.distributed.checkpoint import save as dcp_save
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    msd, osd = get_state_dict(model, optimizer)
+    msd, osd = get_state_dict(model, optimizer, options=_options(model))
     dcp_save({"model": msd, "optim": osd}, checkpoint_id=str(path / SHARDED_DIR))
     if dist.get_rank() == 0:
         (path / SHARDED_DIR / _META).write_text(
@@ -178,11 +193,11 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
             "one-process trainer (workers=1), whose optimizer state a sharded trainer cannot "
             "resume; resume it with workers=1, or start the sharded run from its weights "
             "(--model " + str(path) + ") without --resume")
-    msd, osd = get_state_dict(model, optimizer)
+    msd, osd = get_state_dict(model, optimizer, options=_options(model))
     state: dict[str, Any] = {"model": msd, "optim": osd}
     dcp_load(state, checkpoint_id=str(path / SHARDED_DIR))
     set_state_dict(model, optimizer, model_state_dict=state["model"],
-                   optim_state_dict=state["optim"])
+                   optim_state_dict=state["optim"], options=_options(model))
     return int(json.loads(meta.read_text())["world_size"])
 
 
@@ -218,7 +233,8 @@ class TrainerWorker:
         self.runner = StepRunner(
             policy.model, self.optimizer, self.config, pad_id=policy.pad_id,
             forward=forward_for(forward == "tree" or (forward == "auto" and self.config.packing)),
-            placement=self.placement, dp=FsdpDataParallel(rank, world_size))
+            placement=self.placement, dp=FsdpDataParallel(rank, world_size),
+            **reference_for(policy, Path(model_path), self.config, self.placement))
 
     def step(self, episodes_blob: bytes, advantages_E_L: torch.Tensor) -> StepStats:
         """One training step on the whole batch (pickled EpisodeRows; each takes its share)."""

@@ -24,10 +24,11 @@ from pathlib import Path
 import structlog
 import torch
 
+from swarmrl_server.engine.adapter import Adapter
 from swarmrl_server.models import load_model
 from swarmrl_server.scale.cluster import on_loopback
 from swarmrl_server.timelines.flops import ModelShape
-from swarmrl_server.trainer import checkpoint
+from swarmrl_server.trainer import checkpoint, lora
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.distributed import SHARDED_DIR, TrainerWorker
 from swarmrl_server.trainer.step import EpisodeRows, StepStats
@@ -98,7 +99,8 @@ class RayGroup:
 
     def save(self, root: Path, state: checkpoint.TrainerState, *, source_dir: Path | None,
              keep: int) -> Path:
-        """checkpoint.py's layout (HF weights, trainer_state.json) plus the DCP shards;
+        """checkpoint.py's layout (HF weights or the LoRA adapter, trainer_state.json) plus
+        the DCP shards;
         written to a temporary sibling and renamed into place, as there."""
         import ray
 
@@ -108,7 +110,11 @@ class RayGroup:
         try:
             sd = self.weights()
             ray.get([w.save.remote(str(tmp)) for w in self.workers])
-            _save_hf(source_dir, tmp, sd)
+            spec = lora.spec_for(self.config)
+            if spec is not None:  # the adapter in peft's layout, as one process writes it
+                Adapter(spec, sd).write_files(tmp, str(source_dir))
+            else:
+                _save_hf(source_dir, tmp, sd)
             (tmp / checkpoint.STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
             assert (tmp / SHARDED_DIR).is_dir()
             if final.exists():
