@@ -17,6 +17,7 @@ from swarmrl_server.engine.base import (
     GenerationOutput,
     SamplingParams,
 )
+from swarmrl_server.security import IN_PROCESS
 
 
 @dataclass
@@ -37,16 +38,15 @@ class Ep:
 async def start_episode(running: Any, models: Sequence[str] = (), task_id: str = "t") -> Ep:
     swarm = running.swarm
     session = f"s-{len(swarm.sessions) + 1}-{task_id}"
-    await swarm.sessions.open(session, "test", 60.0)
+    await swarm.sessions.open(session, "test", 60.0, caller=IN_PROCESS)
     record, key = await swarm.episodes.start(
         session_id=session, task_id=task_id, group_id="", agent_version="",
-        models=list(models), request_id="", labels={},
-    )
+        models=list(models), request_id="", labels={}, caller=IN_PROCESS)
     return Ep(record.episode_id, key, running.openai_base_url)
 
 
 async def stored_calls(running: Any, episode_id: str) -> list[Any]:
-    record = await running.swarm.episodes.get(episode_id, with_calls=True)
+    record = await running.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
     return sorted(record.calls, key=lambda c: c.seq)
 
 

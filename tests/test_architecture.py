@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hosting", "events", "pauses", "timelines"),
     ("config",),
     ("engine",),  # the engine registry and engines (hf, vllm, echo)
-    ("models", "store", "limits", "identity", "observe.telemetry"),
+    ("models", "store", "limits", "security", "observe.telemetry"),
     ("errors", "logs"),
 ]
 """The server's packages and modules, highest first: each may import only from its own
@@ -58,7 +58,6 @@ KNOWN: dict[str, set[tuple[str, ...]]] = {
     },
     # Layer breaches, as (importer, imported) among LAYERS' names.
     "layers": {
-        ("http", "grpc"),  # http/auth, http/app, http/observe use grpc/auth's KeyRing
         ("observe.viewer", "http"),  # viewer/web renders errors with http/errors
         ("trainer", "scale"),  # trainer/ray_group places its workers with scale/cluster
         ("hosting", "trainer"),  # the host loader reads trainer/config and trainer/lora

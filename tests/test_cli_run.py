@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from swarmrl_server.security import IN_PROCESS
+
 pytestmark = pytest.mark.slow  # each test starts Python processes (wrapper + agent)
 
 AGENT = """\
@@ -72,7 +74,7 @@ async def test_reward_file_ends_each_episode(http_server: Any, tmp_path: Path) -
     ids = episode_ids(log)
     assert len(ids) == 2
     for episode_id in ids:
-        record = await http_server.swarm.episodes.get(episode_id, with_calls=True)
+        record = await http_server.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
         assert record.state.value == "ended" and record.reward == 0.75
         assert record.task_id == "add" and len(record.calls) == 1
 
@@ -82,7 +84,7 @@ async def test_reward_from_exit_code(http_server: Any, tmp_path: Path) -> None:
                                   "--", sys.executable, agent(tmp_path), "exit3")
     assert code == 0, log
     (episode_id,) = episode_ids(log)
-    record = await http_server.swarm.episodes.get(episode_id)
+    record = await http_server.swarm.episodes.get(episode_id, caller=IN_PROCESS)
     assert record.state.value == "ended" and record.reward == 0.0
 
 
@@ -93,10 +95,10 @@ async def test_crashing_or_rewardless_agent_aborts_its_episode(
                                   "--", sys.executable, agent(tmp_path), "fail")
     assert code == 1, log
     crashed, rewardless = episode_ids(log)
-    record = await http_server.swarm.episodes.get(crashed, with_calls=True)
+    record = await http_server.swarm.episodes.get(crashed, with_calls=True, caller=IN_PROCESS)
     assert record.state.value == "aborted" and "exit status 1" in record.abort_reason
     assert len(record.calls) == 1  # kept for inspection, never trained
-    record = await http_server.swarm.episodes.get(rewardless)
+    record = await http_server.swarm.episodes.get(rewardless, caller=IN_PROCESS)
     assert record.state.value == "aborted" and "wrote no reward" in record.abort_reason
 
 
@@ -106,7 +108,7 @@ async def test_reward_cmd_with_an_anthropic_agent(http_server: Any, tmp_path: Pa
                                   "--", sys.executable, agent(tmp_path, ANTHROPIC_AGENT))
     assert code == 0, log
     (episode_id,) = episode_ids(log)
-    record = await http_server.swarm.episodes.get(episode_id, with_calls=True)
+    record = await http_server.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
     assert record.reward == 0.5 and len(record.calls) == 1
 
 
@@ -116,6 +118,6 @@ async def test_reward_cmd_with_per_model_rewards(http_server: Any, tmp_path: Pat
                                   "--", sys.executable, agent(tmp_path), "none")
     assert code == 0, log
     (episode_id,) = episode_ids(log)
-    record = await http_server.swarm.episodes.get(episode_id)
+    record = await http_server.swarm.episodes.get(episode_id, caller=IN_PROCESS)
     assert record.reward == 0.5 and record.model_rewards == {"tiny": 0.9}
     assert "tiny: 0.9" in log

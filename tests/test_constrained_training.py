@@ -16,6 +16,7 @@ import pytest
 from swarmrl_server.engine.base import GenerationOutput, SamplingParams
 from swarmrl_server.engine.grammar import tool_call_tag
 from swarmrl_server.episodes.chat import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.store.sqlite import SqliteStore
 from swarmrl_server.trainer.step import episode_rows
 from tests.http_support import start_episode, stored_calls
@@ -86,7 +87,7 @@ async def test_constrained_calls_are_context_in_training(http_server: Any) -> No
     forced, free = await stored_calls(http_server, ep.episode_id)
     assert forced.constrained and not free.constrained
     assert free.parent_call_id == forced.call_id  # one token timeline
-    await http_server.swarm.episodes.end(ep.episode_id, 1.0, "")
+    await http_server.swarm.episodes.end(ep.episode_id, 1.0, "", caller=IN_PROCESS)
 
     # What the trainer reads: the store, from disk, through a second connection.
     store = SqliteStore(http_server.config.data_dir / "swarm.sqlite3")

@@ -9,6 +9,7 @@ import anthropic
 import httpx
 import pytest
 
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.timelines.merge import merge_calls
 from tests.http_support import Ep, start_episode, stored_calls, tool_call_text
 
@@ -143,7 +144,7 @@ async def test_errors_take_anthropics_shape(http_server: Any) -> None:
         await client(ep).messages.create(model="tiny", max_tokens=2, messages=USER)
     assert limited.value.response.headers["retry-after"]
     await http_server.swarm.resume()
-    await http_server.swarm.episodes.end(ep.episode_id, 0.0, "")
+    await http_server.swarm.episodes.end(ep.episode_id, 0.0, "", caller=IN_PROCESS)
     with pytest.raises(anthropic.ConflictError):
         await client(ep).messages.create(model="tiny", max_tokens=2, messages=USER)
 

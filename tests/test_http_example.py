@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.timelines.merge import merge_calls
 from tests.helpers import REPO
 from tests.http_support import stored_calls
@@ -33,7 +34,7 @@ async def test_agents_sdk_agent_plays_rewarded_episodes(http_server: Any) -> Non
     ids = re.findall(r"episode (ep-[0-9a-f]+) ended with reward", log)
     assert len(ids) == 2
     for episode_id in ids:
-        record = await http_server.swarm.episodes.get(episode_id)
+        record = await http_server.swarm.episodes.get(episode_id, caller=IN_PROCESS)
         assert record.state.value == "ended" and record.reward in (0.0, 0.5, 1.0)
         calls = await stored_calls(http_server, episode_id)
         assert len(calls) == 2  # two questions, one model call each

@@ -16,6 +16,7 @@ from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
 from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import session_service_pb2 as s_pb
 from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
+from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
 from tests.http_support import WEATHER_TOOL, Ep, start_episode, stored_calls, tool_call_text
 
@@ -406,11 +407,11 @@ async def test_unknown_fields_are_accepted_and_logged(http_server: Any) -> None:
 
 async def test_ended_or_aborted_episode_is_409(http_server: Any) -> None:
     ep = await start_episode(http_server)
-    await http_server.swarm.episodes.end(ep.episode_id, 1.0, "")
+    await http_server.swarm.episodes.end(ep.episode_id, 1.0, "", caller=IN_PROCESS)
     with pytest.raises(openai.ConflictError):
         await aclient(ep).chat.completions.create(model="tiny", messages=USER, max_tokens=2)
     ep2 = await start_episode(http_server)
-    await http_server.swarm.episodes.abort(ep2.episode_id, "test")
+    await http_server.swarm.episodes.abort(ep2.episode_id, "test", caller=IN_PROCESS)
     with pytest.raises(openai.ConflictError):
         await aclient(ep2).chat.completions.create(model="tiny", messages=USER, max_tokens=2,
                                                    stream=True)

@@ -16,6 +16,7 @@ from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
 from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import types_pb2 as t_pb
 from swarmrl_server import limits
+from swarmrl_server.security import IN_PROCESS
 from tests.http_support import start_episode
 from tests.test_server_grpc import details
 
@@ -93,7 +94,7 @@ async def test_per_field_limits_over_grpc(http_server: Any) -> None:
         assert await _grpc_invalid(_generate(stub, stop)) == "sampling.stop[0]"
         assert await _grpc_invalid(stub.AbortEpisode(ep_pb.AbortEpisodeRequest(
             episode_id=ep.episode_id, reason="r" * (limits.MAX_REASON_CHARS + 1)))) == "reason"
-        record = await http_server.swarm.episodes.get(ep.episode_id)
+        record = await http_server.swarm.episodes.get(ep.episode_id, caller=IN_PROCESS)
         assert record.state.value == "open" and record.num_calls == 0
 
 
@@ -122,7 +123,7 @@ async def test_lone_surrogates_and_bad_json_values_are_400_naming_the_field(
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert param in json.dumps(err), err
-    record = await http_server.swarm.episodes.get(ep.episode_id)
+    record = await http_server.swarm.episodes.get(ep.episode_id, caller=IN_PROCESS)
     assert record.num_calls == 0
 
 
@@ -146,7 +147,7 @@ async def test_oversized_prompts_are_refused_before_tokenizing(http_server: Any)
     assert field == "input.chat"
     # Tokenizing this much took tens of seconds; refusing it is transfer and a parse.
     assert http_s < 10 and grpc_s < 10, (http_s, grpc_s)
-    assert (await http_server.swarm.episodes.get(ep.episode_id)).num_calls == 0
+    assert (await http_server.swarm.episodes.get(ep.episode_id, caller=IN_PROCESS)).num_calls == 0
 
 
 def _rss_bytes(pid: int) -> int:

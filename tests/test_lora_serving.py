@@ -19,6 +19,7 @@ from swarmrl_server.config import ModelSpec, ServerConfig
 from swarmrl_server.engine.adapter import AdapterEngine
 from swarmrl_server.engine.base import SamplingParams
 from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
 from tests.test_trainer_vllm import PROMPT, run
 
@@ -76,7 +77,7 @@ async def test_two_adapters_on_one_hf_base_train_and_serve_independently(
     assert (a.engine.policy_version, b.engine.policy_version) == (1, 0)
     assert a.trainer.policy_version == 1 and b.trainer.policy_version == 0
     for episode_id, versions in [(e, {"a": 0}) for e in before] + [(after, {"a": 1, "b": 0})]:
-        record = await swarm.episodes.get(episode_id, with_calls=True)
+        record = await swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
         assert {c.model: c.policy_version for c in record.calls} == versions
     # The push moved the adapter alone.
     assert 0 < a.engine.last_sync_bytes < 0.05 * sum(

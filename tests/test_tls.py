@@ -18,6 +18,7 @@ from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
 from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import session_service_pb2 as s_pb
 from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
+from swarmrl_server.security import IN_PROCESS
 
 
 def self_signed(tmp: Path) -> tuple[Path, Path]:
@@ -69,7 +70,7 @@ async def test_shim_and_grpc_speak_tls_with_the_same_flags(
         r = await client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
         assert r.choices[0].message is not None
-        assert (await running.swarm.episodes.get(ep.episode_id)).num_calls == 1
+        assert (await running.swarm.episodes.get(ep.episode_id, caller=IN_PROCESS)).num_calls == 1
         # Without trusting the certificate the client refuses; plain HTTP gets no answer.
         untrusting = openai.AsyncOpenAI(base_url=ep.openai_base_url,
                                         api_key=ep.openai_api_key, max_retries=0)

@@ -14,6 +14,7 @@ from swarmrl_server.config import ModelSpec, ServerConfig
 from swarmrl_server.engine.hf import HFEngine
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.hosting import ModelHost
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.swarm import Swarm
 from swarmrl_server.trainer import checkpoint
 from swarmrl_server.trainer.attach import attach_trainers
@@ -189,15 +190,15 @@ async def test_an_admin_pause_is_never_lifted_by_the_trainer(swarm: Swarm) -> No
 
 
 async def test_declare_done_reaches_the_trainer(swarm: Swarm) -> None:
-    await swarm.sessions.open("s1", "test", 30)
+    await swarm.sessions.open("s1", "test", 30, caller=IN_PROCESS)
     trainer = await train(swarm, batch_rule="clients", group_size="0")
     await insert_episodes(swarm.store, group_of("a", [1.0, 0.0], group_id="a", t0=0))
     for e in group_of("a", [1.0, 0.0], group_id="a", t0=0):
         trainer.notify_episode_ended(e)
-    swarm.declare_done("s1")
+    swarm.declare_done("s1", caller=IN_PROCESS)
     await wait_for_step(trainer, 1)
     with pytest.raises(SwarmError):
-        swarm.declare_done("no-such-session")
+        swarm.declare_done("no-such-session", caller=IN_PROCESS)
 
 
 async def test_a_bad_train_option_is_a_startup_error_listing_valid_names(swarm: Swarm) -> None:

@@ -16,6 +16,7 @@ from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, Sampli
 from swarmrl_server.engine.vllm import VLLMEngine
 from swarmrl_server.engine.vllm_server import VLLMServer
 from swarmrl_server.errors import SwarmError
+from swarmrl_server.security import IN_PROCESS
 from tests.engine_fixtures import MAX_LEN
 from tests.helpers import assert_eventually
 
@@ -71,7 +72,7 @@ async def test_one_trainer_step_reaches_vllm_with_its_version(
                 after = ep.id
         # Every recorded call carries the version that produced it.
         for episode_id, version in [(e, 0) for e in before] + [(after, 1)]:
-            record = await running.swarm.episodes.get(episode_id, with_calls=True)
+            record = await running.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
             assert record.calls and all(c.policy_version == version for c in record.calls)
         # vLLM's logprobs under version 1 == the trainer's recompute with its own weights.
         out = await run(engine, SamplingParams(temperature=0.7, max_tokens=12, seed=11))

@@ -12,10 +12,10 @@ import torch
 
 from swarmrl_server.config import ServerConfig, default_torch_threads
 from swarmrl_server.episodes.resolve import GenerationPolicy
-from swarmrl_server.grpc.auth import KeyRing
 from swarmrl_server.grpc.server import SwarmGrpcServer, create_server
 from swarmrl_server.hosting import ModelHost, load_hosts
 from swarmrl_server.http.app import HttpServer, build_app
+from swarmrl_server.security import KeyRing
 from swarmrl_server.swarm import Swarm
 
 log = structlog.get_logger("swarmrl.app")

@@ -6,7 +6,6 @@ benchmarks can drive it directly, in-process, without either.
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,33 +18,19 @@ from swarmrl_server.episodes.clients import (
     LiveSession,
     list_clients,
 )
-from swarmrl_server.episodes.registry import EpisodeKeys, EpisodeRegistry
+from swarmrl_server.episodes.registry import EpisodeRegistry
 from swarmrl_server.episodes.resolve import GenerationPolicy
 from swarmrl_server.episodes.sessions import SessionTable
 from swarmrl_server.errors import Reason, not_found, precondition
 from swarmrl_server.events import EventLog
 from swarmrl_server.hosting import ModelHost
-from swarmrl_server.identity import IN_PROCESS, Principal
 from swarmrl_server.observe.telemetry import GaugeSample, Telemetry
 from swarmrl_server.pauses import ADMIN, Pauses
+from swarmrl_server.security import IN_PROCESS, EpisodeKeys, Principal, load_secret
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
 
 log = structlog.get_logger("swarmrl.swarm")
-
-
-def load_secret(data_dir: Path | None) -> bytes:
-    """The server's key-signing secret: kept in the data dir so issued keys survive restarts."""
-    if data_dir is None:
-        return secrets.token_bytes(32)
-    path = data_dir / "secret"
-    if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(secrets.token_bytes(32))
-        tmp.chmod(0o600)
-        tmp.rename(path)
-    return path.read_bytes()
 
 
 class Swarm:
@@ -164,7 +149,7 @@ class Swarm:
 
     async def list_clients(self) -> tuple[list[ClientSummary], list[AgentVersionSummary]]:
         """Live clients (by client name) and every agent version's episode counts."""
-        live = [self.sessions.require(s) for s in self.sessions.ids()]
+        live = [self.sessions.require(s, caller=IN_PROCESS) for s in self.sessions.ids()]
         for gone in set(self._agent_versions) - {s.session_id for s in live}:
             del self._agent_versions[gone]
         return await list_clients(self.store, sorted(
@@ -177,12 +162,12 @@ class Swarm:
         return self.sessions.ids()
 
     def declare_done(
-        self, session_id: str, model: str = "", caller: Principal = IN_PROCESS
+        self, session_id: str, model: str = "", *, caller: Principal
     ) -> None:
         """A client declares its share of the current batch done, for `model` (or every
         trainable model): with batch_rule=clients a batch is ready once every active
         client has."""
-        self.sessions.require(session_id, caller)
+        self.sessions.require(session_id, caller=caller)
         for trainer in self._trainers(model, "declare done for"):
             trainer.declare_done(session_id)
 

@@ -16,8 +16,6 @@ per-episode key already named the episode) pass `IN_PROCESS`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import math
 import time
 import uuid
@@ -38,9 +36,9 @@ from swarmrl_server.episodes.resolve import (
 )
 from swarmrl_server.errors import Reason, SwarmError, invalid, not_found, precondition, unavailable
 from swarmrl_server.hosting import ModelHost
-from swarmrl_server.identity import IN_PROCESS, Principal, require_owner
 from swarmrl_server.limits import check_labels, check_reason
 from swarmrl_server.logs import bind_ids
+from swarmrl_server.security import IN_PROCESS, EpisodeKeys, Principal, require_owner
 from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
 
@@ -59,31 +57,6 @@ class _Open:
     record: EpisodeRecord
     calls: list[CallRecord]
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-KEY_PREFIX = "sk-swarm-"
-
-
-class EpisodeKeys:
-    """Per-episode API keys for the OpenAI shim: the episode id plus an HMAC of it under
-    the server's secret. Nothing is stored per key, a restarted server (same data dir,
-    same secret) honours keys it issued before, and a key reaches only its episode."""
-
-    def __init__(self, secret: bytes) -> None:
-        self._secret = secret
-
-    def _mac(self, episode_id: str) -> str:
-        return hmac.new(self._secret, episode_id.encode(), hashlib.sha256).hexdigest()[:32]
-
-    def key_for(self, episode_id: str) -> str:
-        return f"{KEY_PREFIX}{episode_id}.{self._mac(episode_id)}"
-
-    def episode_for(self, key: str) -> str | None:
-        """The episode a key addresses, or None when the key is not one we issued."""
-        if not key.startswith(KEY_PREFIX) or "." not in key:
-            return None
-        episode_id, mac = key[len(KEY_PREFIX):].rsplit(".", 1)
-        return episode_id if hmac.compare_digest(mac, self._mac(episode_id)) else None
 
 
 class EpisodeRegistry:
@@ -147,7 +120,7 @@ class EpisodeRegistry:
         models: list[str],
         request_id: str,
         labels: dict[str, str],
-        caller: Principal = IN_PROCESS,
+        caller: Principal,
     ) -> tuple[EpisodeRecord, str]:
         """Starts an episode in `caller`'s session; returns it and its API key (for the
         OpenAI shim)."""
@@ -187,7 +160,7 @@ class EpisodeRegistry:
     # -- lookups -------------------------------------------------------------------
 
     async def get(
-        self, episode_id: str, *, with_calls: bool = False, caller: Principal = IN_PROCESS
+        self, episode_id: str, *, with_calls: bool = False, caller: Principal
     ) -> EpisodeRecord:
         record = await self._store.get_episode(episode_id, with_calls=with_calls)
         if record is None:
@@ -212,7 +185,7 @@ class EpisodeRegistry:
         episode_id = self.keys.episode_for(api_key)
         return None if episode_id is None else await self._store.get_episode(episode_id)
 
-    async def _require_open(self, episode_id: str, caller: Principal = IN_PROCESS) -> _Open:
+    async def _require_open(self, episode_id: str, *, caller: Principal) -> _Open:
         open_ = self._open.get(episode_id)
         if open_ is not None:
             require_owner(
@@ -240,7 +213,7 @@ class EpisodeRegistry:
         input_field: str = "input",
         on_prompt: Callable[[list[int]], None] | None = None,
         annotations: dict[str, Any] | None = None,
-        caller: Principal = IN_PROCESS,
+        caller: Principal,
     ) -> AsyncIterator[GenerationChunk | GenerationResult]:
         """Runs one call: validates, renders, streams the engine's chunks, records the call,
         and yields the GenerationResult last. `on_prompt` is told the exact prompt ids
@@ -249,7 +222,7 @@ class EpisodeRegistry:
         "annotations": what the door that made the call needs to show it again (e.g. the
         Responses API's stored-response fields); rendering never reads them."""
         bind_ids(episode_id=episode_id)
-        open_ = await self._require_open(episode_id, caller)
+        open_ = await self._require_open(episode_id, caller=caller)
         if replayed := recorded_call(open_.calls, request_id):  # a retry of a finished call
             if on_prompt is not None:
                 on_prompt(replayed.prompt_ids)
@@ -356,13 +329,13 @@ class EpisodeRegistry:
     # -- rewards and endings -------------------------------------------------------
 
     async def submit_reward(
-        self, episode_id: str, value: float, call_id: str = "", caller: Principal = IN_PROCESS
+        self, episode_id: str, value: float, call_id: str = "", *, caller: Principal
     ) -> float | None:
-        open_ = await self._require_open(episode_id, caller)
+        open_ = await self._require_open(episode_id, caller=caller)
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             raise invalid("value", f"reward must be a finite number; got {value!r}")
         async with open_.lock:
-            await self._require_open(episode_id)
+            await self._require_open(episode_id, caller=caller)
             if call_id:
                 call = next((c for c in open_.calls if c.call_id == call_id), None)
                 if call is None:
@@ -375,16 +348,16 @@ class EpisodeRegistry:
             return open_.record.reward
 
     async def submit_model_reward(
-        self, episode_id: str, model: str, value: float, caller: Principal = IN_PROCESS
+        self, episode_id: str, model: str, value: float, *, caller: Principal
     ) -> dict[str, float]:
         """Records `model`'s own reward (its trainer uses it instead of the episode's);
         returns the episode's per-model rewards."""
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             raise invalid("value", f"reward must be a finite number; got {value!r}")
-        open_ = await self._require_open(episode_id, caller)
+        open_ = await self._require_open(episode_id, caller=caller)
         self._check_reward_models(open_.record, {model: value}, "model")
         async with open_.lock:
-            await self._require_open(episode_id)
+            await self._require_open(episode_id, caller=caller)
             await self._store.set_model_reward(episode_id, model, float(value))
             open_.record.model_rewards[model] = float(value)
             return dict(open_.record.model_rewards)
@@ -400,7 +373,7 @@ class EpisodeRegistry:
 
     async def end(
         self, episode_id: str, reward: float | None, request_id: str,
-        caller: Principal = IN_PROCESS, model_rewards: dict[str, float] | None = None,
+        *, caller: Principal, model_rewards: dict[str, float] | None = None,
     ) -> EpisodeRecord:
         """Ends an episode and queues it, in one transaction, for every model it lists
         (each with its own reward if it has one, else the episode's)."""
@@ -409,10 +382,10 @@ class EpisodeRegistry:
         replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ENDED, caller)
         if replay is not None:
             return replay
-        open_ = await self._require_open(episode_id, caller)
+        open_ = await self._require_open(episode_id, caller=caller)
         self._check_reward_models(open_.record, model_rewards or {}, "model_rewards")
         async with open_.lock:
-            await self._require_open(episode_id)
+            await self._require_open(episode_id, caller=caller)
             final = open_.record.reward if reward is None else float(reward)
             if final is None:
                 raise precondition(
@@ -426,13 +399,13 @@ class EpisodeRegistry:
             del self._open[episode_id]
         if self._telemetry is not None:
             self._telemetry.episode_finished(EpisodeState.ENDED.value)
-        record = await self.get(episode_id)
+        record = await self.get(episode_id, caller=caller)
         if self._on_ended is not None:
             await self._on_ended(record)
         return record
 
     async def abort(
-        self, episode_id: str, reason: str, request_id: str = "", caller: Principal = IN_PROCESS
+        self, episode_id: str, reason: str, request_id: str = "", *, caller: Principal
     ) -> EpisodeRecord:
         check_reason(reason)
         replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ABORTED, caller)
@@ -450,7 +423,7 @@ class EpisodeRegistry:
             raise precondition(Reason.EPISODE_NOT_OPEN, f"episode {episode_id} already ended")
         async with open_.lock:
             if episode_id not in self._open:
-                return await self.abort(episode_id, reason, request_id, caller)
+                return await self.abort(episode_id, reason, request_id, caller=caller)
             await self._store.finish_episode(
                 episode_id, EpisodeState.ABORTED, reward=open_.record.reward,
                 request_id=request_id, abort_reason=reason or "aborted by client",
@@ -458,7 +431,7 @@ class EpisodeRegistry:
             del self._open[episode_id]
         if self._telemetry is not None:
             self._telemetry.episode_finished(EpisodeState.ABORTED.value)
-        return await self.get(episode_id)
+        return await self.get(episode_id, caller=caller)
 
     async def _replayed_finish(
         self, episode_id: str, request_id: str, state: EpisodeState, caller: Principal
@@ -477,7 +450,7 @@ class EpisodeRegistry:
         ids = self.open_in_session(session_id)
         for episode_id in ids:
             try:
-                await self.abort(episode_id, reason)
+                await self.abort(episode_id, reason, caller=IN_PROCESS)
             except SwarmError:  # ended meanwhile
                 pass
         return len(ids)

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from swarmrl_server.errors import Reason, invalid, not_found
-from swarmrl_server.identity import IN_PROCESS, Principal, require_owner
+from swarmrl_server.security import IN_PROCESS, Principal, require_owner
 from swarmrl_server.store.records import SessionRecord
 from swarmrl_server.store.sqlite import SqliteStore
 
@@ -66,7 +66,7 @@ class SessionTable:
 
     async def open(
         self, session_id: str, client_name: str, lease_s: float | None,
-        caller: Principal = IN_PROCESS,
+        *, caller: Principal,
     ) -> SessionRecord:
         if not session_id:
             raise invalid("session_id", "must not be empty")
@@ -87,7 +87,7 @@ class SessionTable:
         self._sessions[session_id] = record
         return record
 
-    def require(self, session_id: str, caller: Principal = IN_PROCESS) -> SessionRecord:
+    def require(self, session_id: str, *, caller: Principal) -> SessionRecord:
         """The live session `session_id` if `caller` owns it; NOT_FOUND otherwise."""
         record = self._sessions.get(session_id)
         if record is None:
@@ -95,15 +95,15 @@ class SessionTable:
         require_owner(caller, record.owner, Reason.SESSION_NOT_FOUND, "session", session_id)
         return record
 
-    async def heartbeat(self, session_id: str, caller: Principal = IN_PROCESS) -> SessionRecord:
-        record = self.require(session_id, caller)
+    async def heartbeat(self, session_id: str, *, caller: Principal) -> SessionRecord:
+        record = self.require(session_id, caller=caller)
         record.expires_at = time.time() + record.lease_s
         # Persisting every heartbeat would cost an fsync each; the expiry is
         # recomputed from the lease on restart anyway, so memory is enough.
         return record
 
     async def close(
-        self, session_id: str, reason: str = "session closed", caller: Principal = IN_PROCESS
+        self, session_id: str, reason: str = "session closed", *, caller: Principal
     ) -> int:
         record = self._sessions.get(session_id)
         # Closing is idempotent: an unknown session answers 0, and so does another
@@ -120,7 +120,7 @@ class SessionTable:
             now = time.time()
             for session_id in [s for s, r in self._sessions.items() if r.expires_at < now]:
                 try:
-                    aborted = await self.close(session_id, reason="lease expired")
+                    aborted = await self.close(session_id, reason="lease expired", caller=IN_PROCESS)
                     log.info("session_expired", session_id=session_id, aborted_episodes=aborted)
                 except Exception:  # keep reaping the others
                     log.exception("session_reap_failed", session_id=session_id)

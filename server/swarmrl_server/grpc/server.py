@@ -16,10 +16,11 @@ from swarmrl_proto.v1 import (
     session_service_pb2,
     session_service_pb2_grpc,
 )
-from swarmrl_server.grpc.auth import AuthInterceptor, KeyRing
+from swarmrl_server.grpc.auth import AuthInterceptor
 from swarmrl_server.grpc.decode import DecodeInterceptor
 from swarmrl_server.grpc.observe import ObserveInterceptor
 from swarmrl_server.grpc.servicers import AdminServicer, EpisodeServicer, SessionServicer
+from swarmrl_server.security import KeyRing
 from swarmrl_server.swarm import Swarm
 
 SERVICES = (

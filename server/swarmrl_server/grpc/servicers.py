@@ -20,10 +20,10 @@ from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.coalesce import coalesced
 from swarmrl_server.errors import invalid
 from swarmrl_server.grpc import convert
-from swarmrl_server.grpc.auth import KeyRing
+from swarmrl_server.grpc.auth import principal_of
 from swarmrl_server.grpc.errors import translate_errors
-from swarmrl_server.identity import Principal
 from swarmrl_server.observe import live
+from swarmrl_server.security import KeyRing, Principal
 from swarmrl_server.swarm import Swarm
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -43,7 +43,7 @@ class _Owned:
         self._keys = keys or KeyRing()
 
     def caller(self, context: Context) -> Principal:
-        return self._keys.caller(context.invocation_metadata())
+        return principal_of(self._keys, context.invocation_metadata())
 
 
 class SessionServicer(_Owned, s_grpc.SessionServiceServicer):
@@ -51,7 +51,7 @@ class SessionServicer(_Owned, s_grpc.SessionServiceServicer):
     async def OpenSession(self, request: s_pb.OpenSessionRequest, context: Context) -> s_pb.OpenSessionResponse:
         lease = request.lease.ToNanoseconds() / 1e9 if request.HasField("lease") else None
         s = await self.swarm.sessions.open(
-            request.session_id, request.client_name, lease, self.caller(context)
+            request.session_id, request.client_name, lease, caller=self.caller(context)
         )
         self.swarm.note_agent_version(s.session_id, request.agent_version)
         return s_pb.OpenSessionResponse(
@@ -61,7 +61,7 @@ class SessionServicer(_Owned, s_grpc.SessionServiceServicer):
 
     @translate_errors
     async def Heartbeat(self, request: s_pb.HeartbeatRequest, context: Context) -> s_pb.HeartbeatResponse:
-        s = await self.swarm.sessions.heartbeat(request.session_id, self.caller(context))
+        s = await self.swarm.sessions.heartbeat(request.session_id, caller=self.caller(context))
         return s_pb.HeartbeatResponse(
             lease=_duration(s.lease_s),
             open_episodes=len(self.swarm.episodes.open_in_session(s.session_id)),
@@ -76,7 +76,7 @@ class SessionServicer(_Owned, s_grpc.SessionServiceServicer):
 
     @translate_errors
     async def DeclareDone(self, request: s_pb.DeclareDoneRequest, context: Context) -> s_pb.DeclareDoneResponse:
-        self.swarm.declare_done(request.session_id, request.model, self.caller(context))
+        self.swarm.declare_done(request.session_id, request.model, caller=self.caller(context))
         return s_pb.DeclareDoneResponse()
 
     @translate_errors
@@ -156,11 +156,11 @@ class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
             raise invalid("model", "give call_id or model, not both")
         if request.model:
             own = await episodes.submit_model_reward(
-                request.episode_id, request.model, request.value, caller)
+                request.episode_id, request.model, request.value, caller=caller)
             reward = (await episodes.get(request.episode_id, caller=caller)).reward
         else:
             reward = await episodes.submit_reward(
-                request.episode_id, request.value, request.call_id, caller)
+                request.episode_id, request.value, request.call_id, caller=caller)
             own = (await episodes.get(request.episode_id, caller=caller)).model_rewards
         response = ep_pb.SubmitRewardResponse(model_rewards=own)
         if reward is not None:
@@ -171,15 +171,15 @@ class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
     async def EndEpisode(self, request: ep_pb.EndEpisodeRequest, context: Context) -> ep_pb.EndEpisodeResponse:
         reward = request.reward if request.HasField("reward") else None
         record = await self.swarm.episodes.end(
-            request.episode_id, reward, request.request_id, self.caller(context),
-            dict(request.model_rewards),
+            request.episode_id, reward, request.request_id, caller=self.caller(context),
+            model_rewards=dict(request.model_rewards),
         )
         return ep_pb.EndEpisodeResponse(episode=convert.episode_to_proto(record))
 
     @translate_errors
     async def AbortEpisode(self, request: ep_pb.AbortEpisodeRequest, context: Context) -> ep_pb.AbortEpisodeResponse:
         record = await self.swarm.episodes.abort(
-            request.episode_id, request.reason, request.request_id, self.caller(context)
+            request.episode_id, request.reason, request.request_id, caller=self.caller(context)
         )
         return ep_pb.AbortEpisodeResponse(episode=convert.episode_to_proto(record))
 

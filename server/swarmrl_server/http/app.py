@@ -22,7 +22,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from swarmrl_server.errors import SwarmError
-from swarmrl_server.grpc.auth import KeyRing
 from swarmrl_server.http.auth import PATH_KEY, EpisodeAuth
 from swarmrl_server.http.chat_completion.api_router import attach_router as attach_chat
 from swarmrl_server.http.chat_completion.serving import OpenAIServingChat
@@ -38,6 +37,7 @@ from swarmrl_server.http.protocol import log
 from swarmrl_server.http.responses.api_router import attach_router as attach_responses
 from swarmrl_server.http.responses.serving import OpenAIServingResponses
 from swarmrl_server.http.sse import ClientDisconnected
+from swarmrl_server.security import KeyRing
 from swarmrl_server.swarm import Swarm
 
 MAX_BODY_BYTES = 32 * 1024 * 1024

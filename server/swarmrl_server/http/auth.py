@@ -1,4 +1,4 @@
-"""Which episode a request belongs to: the per-episode API key.
+"""The HTTP door's adapter of `security`: which episode a request belongs to.
 
 `StartEpisode` hands out `sk-swarm-<episode_id>.<mac>`; an agent sends it as
 `Authorization: Bearer ...` (OpenAI clients), `x-api-key: ...` (Anthropic
@@ -12,8 +12,8 @@ from __future__ import annotations
 from fastapi import Request
 
 from swarmrl_server.errors import SwarmError
-from swarmrl_server.grpc.auth import KeyRing
 from swarmrl_server.http.errors import HttpError, from_swarm_error
+from swarmrl_server.security import EPISODE_KEY_PREFIX, IN_PROCESS, KeyRing, bearer_token
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.swarm import Swarm
 
@@ -26,11 +26,8 @@ def api_key(request: Request) -> str:
     in_path = request.path_params.get(PATH_KEY)
     if in_path:
         return str(in_path)
-    auth = request.headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return request.headers.get("x-api-key", "").strip()
+    return (bearer_token(request.headers.get("authorization", ""))
+            or request.headers.get("x-api-key", "").strip())
 
 
 class EpisodeAuth:
@@ -54,7 +51,7 @@ class EpisodeAuth:
         if record is not None:  # the common case, answered from memory
             return record
         try:
-            record = await self._swarm.episodes.get(episode_id)
+            record = await self._swarm.episodes.get(episode_id, caller=IN_PROCESS)
         except SwarmError as err:
             raise from_swarm_error(err) from None
         if record.state is not EpisodeState.OPEN:
@@ -72,6 +69,6 @@ class EpisodeAuth:
             return
         if key and self._server_keys.role(key) is not None:
             return
-        if not self._server_keys.enabled and not key.startswith("sk-swarm-"):
+        if not self._server_keys.enabled and not key.startswith(EPISODE_KEY_PREFIX):
             return
         raise HttpError(401, "missing or invalid API key", code="invalid_api_key")

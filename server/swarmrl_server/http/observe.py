@@ -16,13 +16,13 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from swarmrl_server.grpc.auth import KeyRing, bearer
 from swarmrl_server.http.errors import HttpError
 from swarmrl_server.logs import new_request_id, request_scope
 from swarmrl_server.observe.live import snapshot_json
 from swarmrl_server.observe.telemetry import Telemetry, request_timer
 from swarmrl_server.observe.viewer.source import EpisodeSource
 from swarmrl_server.observe.viewer.web import attach_viewer
+from swarmrl_server.security import KeyRing, bearer_token
 from swarmrl_server.swarm import Swarm
 
 UNMATCHED = "(unmatched)"
@@ -66,7 +66,7 @@ def require_admin(keys: KeyRing | None) -> Callable[[Request], None]:
     def check(request: Request) -> None:
         if keys is None or not keys.enabled:
             return
-        key = (bearer([("authorization", request.headers.get("authorization", ""))])
+        key = (bearer_token(request.headers.get("authorization", ""))
                or request.query_params.get("key", ""))
         if keys.role(key) != "admin":
             raise HttpError(401, "this page needs an admin API key (Authorization: Bearer KEY "

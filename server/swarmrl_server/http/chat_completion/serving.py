@@ -55,6 +55,7 @@ from swarmrl_server.http.generation import (
 )
 from swarmrl_server.http.protocol import SwarmrlInfo, Usage, log
 from swarmrl_server.http.sse import EventStreamResponse, sse, unless_disconnected
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.swarm import Swarm
 
 
@@ -160,8 +161,7 @@ class OpenAIServingChat:
                     # tool_choice "none": the model is not shown the tools at all.
                     tools=tools if parse_tools else None, sampling=s, input_field="input",
                     request_id=(f"{req.request_id}/{i}" if req.n > 1 else req.request_id)
-                    if req.request_id else "",
-                )
+                    if req.request_id else "", caller=IN_PROCESS)
                 for i, s in enumerate(samplings)
             ]
             gens = Generations(streams, chunks=req.stream)

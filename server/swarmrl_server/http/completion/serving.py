@@ -40,6 +40,7 @@ from swarmrl_server.http.generation import (
 from swarmrl_server.http.protocol import SwarmrlInfo, Usage, log
 from swarmrl_server.http.sse import EventStreamResponse, sse, unless_disconnected
 from swarmrl_server.limits import check_prompt_bytes, utf8_size
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.swarm import Swarm
 
 PARAMS = {"sampling": "", "input.token_ids": "prompt", "input": "prompt"}
@@ -103,8 +104,7 @@ class OpenAIServingCompletion:
                 self.swarm.episodes.generate(
                     episode.episode_id, model=req.model, token_ids=ids, sampling=s,
                     input_field="input",
-                    request_id=f"{req.request_id}/{p}/{i}" if req.request_id else "",
-                )
+                    request_id=f"{req.request_id}/{p}/{i}" if req.request_id else "", caller=IN_PROCESS)
                 for p, ids in enumerate(prompts) for i, s in enumerate(samplings)
             ]
             gens = Generations(streams, chunks=req.stream)

@@ -52,6 +52,7 @@ from swarmrl_server.http.messages.protocol import (
 )
 from swarmrl_server.http.protocol import log
 from swarmrl_server.http.sse import EventStreamResponse, sse, unless_disconnected
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.swarm import Swarm
 
 PARAMS = {"sampling": "", "sampling.max_tokens": "max_tokens", "sampling.stop": "stop_sequences",
@@ -163,8 +164,7 @@ class AnthropicServingMessages:
             gens = Generations([self.swarm.episodes.generate(
                 episode.episode_id, model=req.model, messages=messages, tools=tools,
                 sampling=sampling, input_field="input", request_id=req.request_id or "",
-                on_prompt=prompt_ids.extend,
-            )], chunks=req.stream)
+                on_prompt=prompt_ids.extend, caller=IN_PROCESS)], chunks=req.stream)
             await gens.start()
         except SwarmError as err:
             raise from_swarm_error(err, PARAMS) from None

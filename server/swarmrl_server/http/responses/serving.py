@@ -62,6 +62,7 @@ from swarmrl_server.http.responses.protocol import (
     ResponsesUsage,
 )
 from swarmrl_server.http.sse import EventStreamResponse, sse, unless_disconnected
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.swarm import Swarm
 
 LOGPROBS = "message.output_text.logprobs"
@@ -213,8 +214,7 @@ class OpenAIServingResponses:
             gens = Generations([self.swarm.episodes.generate(
                 episode.episode_id, model=req.model, messages=messages,
                 tools=to_tools(settings), sampling=sampling, input_field="input",
-                request_id=req.request_id or "", annotations=store.call_annotations(settings),
-            )], chunks=req.stream)
+                request_id=req.request_id or "", annotations=store.call_annotations(settings), caller=IN_PROCESS)], chunks=req.stream)
             await gens.start()
         except SwarmError as err:
             raise from_swarm_error(err, params) from None

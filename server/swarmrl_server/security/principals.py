@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from swarmrl_server.errors import Reason, SwarmError, not_found
+from swarmrl_server.errors import Reason, not_found
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ ANONYMOUS = Principal("")
 
 IN_PROCESS = Principal("", admin=True)
 """Trusted in-process callers: the HTTP shim once the per-episode key resolved the
-episode, the trainer, tests that drive a Swarm directly."""
+episode, the trainer, tests that drive a Swarm directly. Always passed explicitly,
+never a default: a domain entry point without a caller is a type error."""
 
 
 def require_owner(caller: Principal, owner: str, reason: Reason, what: str, ident: str) -> None:
@@ -39,4 +40,3 @@ def require_owner(caller: Principal, owner: str, reason: Reason, what: str, iden
         raise not_found(reason, what, ident)
 
 
-__all__ = ["ANONYMOUS", "IN_PROCESS", "Principal", "SwarmError", "require_owner"]
