@@ -22,6 +22,7 @@ from swarmrl_server.config import ModelSpec, ServerConfig
 from swarmrl_server.engine.adapter import AdapterEngine
 from swarmrl_server.engine.base import SamplingParams
 from swarmrl_server.engine.vllm import VLLMEngine
+from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
 from tests.test_lora_serving import recompute
 from tests.test_trainer_vllm import PROMPT, run
@@ -84,7 +85,7 @@ async def test_two_adapters_on_one_vllm_server_train_at_once(two_adapters: Runni
     expected = [(round1, {"a": 0, "b": 0}), (round2, {"a": 1}), (round3, {"a": 2, "b": 1})]
     for ids, versions in expected:
         for episode_id in ids:
-            record = await swarm.episodes.get(episode_id, with_calls=True)
+            record = await swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
             assert {c.model: c.policy_version for c in record.calls} == versions
 
     # The served logprobs of each adapter's latest version equal its trainer's recompute.
