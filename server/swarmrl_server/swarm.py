@@ -58,7 +58,9 @@ class Swarm:
         self.episodes = EpisodeRegistry(
             self.store, models, EpisodeKeys(load_secret(data_dir)), policy=policy,
             is_paused=self.pauses.reason,
-            require_session=self.sessions.require, on_ended=self._episode_ended,
+            require_session=lambda session_id, caller: self.sessions.require(
+                session_id, caller=caller),
+            on_ended=self._episode_ended,
             telemetry=self.telemetry,
         )
         self._agent_versions: dict[str, str] = {}
