@@ -21,6 +21,7 @@ from swarmrl_server.engine.hf import HFEngine
 from swarmrl_server.episodes.resolve import SamplingRequest
 from swarmrl_server.errors import Reason, SwarmError
 from swarmrl_server.hosting import ModelHost
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.swarm import Swarm
 from swarmrl_server.trainer.attach import attach_trainers
 from swarmrl_server.trainer.workers import LocalGroup
@@ -46,7 +47,7 @@ async def generate(swarm: Swarm, episode_id: str, model: str) -> Any:
     """One call of `model` in the episode; returns its result."""
     items = [item async for item in swarm.episodes.generate(
         episode_id, model=model, token_ids=[1, 873, 198],
-        sampling=SamplingRequest(max_tokens=2, temperature=1.0))]
+        sampling=SamplingRequest(max_tokens=2, temperature=1.0), caller=IN_PROCESS)]
     return items[-1]
 
 
@@ -79,10 +80,10 @@ async def test_a_trainer_behind_pauses_only_its_own_model(
                f"{MODEL}.max_pending": "2"}
     config = ServerConfig(models=(ModelSpec(MODEL, "tiny"), ModelSpec(OTHER, "tiny")),
                           train=True, train_options=options, data_dir=swarm.data_dir)
-    await swarm.sessions.open("s1", "test", 60.0)
+    await swarm.sessions.open("s1", "test", 60.0, caller=IN_PROCESS)
     record, _ = await swarm.episodes.start(
         session_id="s1", task_id="t", group_id="", agent_version="", models=[MODEL, OTHER],
-        request_id="", labels={})
+        request_id="", labels={}, caller=IN_PROCESS)
     try:
         await attach_trainers(swarm, config)
         trainer = swarm.models[MODEL].trainer
