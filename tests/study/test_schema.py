@@ -174,3 +174,17 @@ def test_state_files_round_trip_and_write_atomically(tmp_path: Path) -> None:
     write_atomic(tmp_path / "f.json", "new")
     assert (tmp_path / "f.json").read_text() == "new"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_run_that_cannot_start_fails_and_a_finished_run_never_starts(tmp_path: Path) -> None:
+    from swarmrl_server.study.supervisor import RunSupervisor
+
+    s = study(server={"command": [str(tmp_path / "no-such-server")],
+                      "flags": {"model": "tiny"}})
+    state = StudyState(tmp_path)
+    spec = expand(s)[0]
+    record = RunSupervisor(s, state, spec, cwd=tmp_path).run()
+    assert record.state == "failed" and "cannot start a process" in record.reason
+    assert record.processes == {} and state.load_run(spec.run_id) == record
+    again = RunSupervisor(s, state, spec, cwd=tmp_path).run()
+    assert again == record  # finished: nothing started, nothing written

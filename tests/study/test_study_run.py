@@ -198,13 +198,17 @@ def test_planner_runs_a_valid_proposal_and_logs_a_refused_one(
         tmp_path: Path, model_cache: Path, tiny_model_dir: Path,
         scripted_model: tuple[str, list[dict[str, Any]]]) -> None:
     base_url, seen = scripted_model
+    # The base run (rewards 0 and 0.5) breaks its reward floor and is stopped; the planner's
+    # (2 and 2.5) runs to its budget.
     path = write_study(tmp_path, model_cache, variations={}, budget={"steps": 2},
+                       stop_rules={"reward_floor": {"value": 1.0, "after_steps": 1}},
                        planner={"base_url": base_url, "model": "scripted", "stages": 1})
     finish(study_cmd(path), path)
     assert len(seen) == 1 and seen[0]["model"] == "scripted"
     shown = json.loads(seen[0]["messages"][1]["content"])
     assert [r["run_id"] for r in shown["runs"]] == ["s0-r00"]
-    assert shown["runs"][0]["final_metric"] is not None
+    assert shown["runs"][0]["state"] == "stopped" and shown["runs"][0]["final_metric"] < 1.0
+    assert "stop rule reward_floor" in shown["runs"][0]["reason"]
     study = json.loads((path.parent / "study.study" / "study.json").read_text())
     assert study["stages"] == [["s0-r00"], ["s1-r01"]]
     good, bad = study["proposals"]

@@ -25,6 +25,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import psutil
@@ -42,6 +43,9 @@ from swarmrl_server.study import commands, watch
 from swarmrl_server.study.commands import Ports, ProcessSpec
 from swarmrl_server.study.schema import RunSpec, Study
 from swarmrl_server.study.state import LiveProcess, Restart, RunRecord, StudyState
+
+if TYPE_CHECKING:
+    from swarmrl import SwarmClient
 
 log = structlog.get_logger("swarmrl.study")
 
@@ -133,6 +137,8 @@ class RunSupervisor:
             self._finish("failed", f"server down, no restarts left: {down}")
         except ClientsExhausted as err:
             self._finish("failed", str(err))
+        except OSError as err:  # a command that cannot be started (not found, not executable)
+            self._finish("failed", f"cannot start a process: {err}")
         finally:
             self._stop_all()
             self._save()
@@ -143,14 +149,21 @@ class RunSupervisor:
         goes down (raises ServerDown)."""
         if self.stopping.is_set() or self.record.finished:
             return
+        from swarmrl import ClientConfig, RetryPolicy, SwarmClient
+
         self._launch_server(ports)
+        # Short retries: a server that does not answer within seconds counts as unhealthy
+        # here (the SDK's default waits two minutes out, as an agent should).
+        config = ClientConfig(target=ports.target, retry=RetryPolicy(timeout=2.0),
+                              call_timeout=2.0)
         channel = grpc.insecure_channel(ports.target)
         try:
-            self._supervise(ports, health_pb2_grpc.HealthStub(channel))
+            with SwarmClient(config=config) as client:
+                self._supervise(health_pb2_grpc.HealthStub(channel), client)
         finally:
             channel.close()
 
-    def _supervise(self, ports: Ports, health: health_pb2_grpc.HealthStub) -> None:
+    def _supervise(self, health: health_pb2_grpc.HealthStub, client: SwarmClient) -> None:
         next_status, unhealthy_since = 0.0, None
         while not self.stopping.is_set():
             assert self.server is not None
@@ -159,7 +172,7 @@ class RunSupervisor:
                 raise ServerDown(f"server {describe_exit(code)}")
             if time.monotonic() >= next_status:
                 next_status = time.monotonic() + STATUS_EVERY_S
-                if self._healthy(health) and self._read_status(ports):
+                if self._healthy(health) and self._read_status(client):
                     unhealthy_since = None
                 elif unhealthy_since is None:
                     unhealthy_since = time.monotonic()
@@ -223,15 +236,12 @@ class RunSupervisor:
             return False
         return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
-    def _read_status(self, ports: Ports) -> bool:
+    def _read_status(self, client: SwarmClient) -> bool:
         """Episodes ended, from GetStatus (the budget's count)."""
-        from swarmrl import ClientConfig, RetryPolicy, SwarmClient, SwarmError
+        from swarmrl import SwarmError
 
-        config = ClientConfig(target=ports.target, retry=RetryPolicy(timeout=2.0),
-                              call_timeout=2.0)
         try:
-            with SwarmClient(config=config) as client:
-                self.record.episodes = client.status().ended_episodes
+            self.record.episodes = client.status().ended_episodes
         except SwarmError:
             return False
         return True
