@@ -418,6 +418,20 @@ async def test_status_counts(server: FakeSwarmServer, client: swarmrl.AsyncSwarm
         assert (await other.get_episode(ep.id)).state == "aborted"
 
 
+async def test_live_snapshot_of_the_fake(
+    server: FakeSwarmServer, client: swarmrl.AsyncSwarmClient
+) -> None:
+    ep = await client.start_episode("t", agent_version="v1")
+    await ep.chat([{"role": "user", "content": "Hi"}])
+    server.pause("sync")
+    live = await client.live_snapshot()
+    assert live["server_instance"] == server.instance and live["paused"] == "sync"
+    assert live["episodes"] == {"open": 1, "ended": 0.0, "aborted": 0.0}
+    assert [(e["episode_id"], e["calls"], e["agent_version"]) for e in live["open_episodes"]] \
+        == [(ep.id, 1, "v1")]
+    assert [m["name"] for m in live["models"]] == ["fake-model"]
+
+
 def _at_least(value: int, bound: int) -> None:
     assert value >= bound
 

@@ -1,4 +1,4 @@
-"""The toy model of the fake server in `swarmrl.testing`, and its request checks.
+"""The toy model of the fake server in `swarmrl.testing`, its request checks and records.
 
 Token ids are UTF-8 bytes plus an end token (`EOS_TOKEN_ID`); a chat renders as
 ``<|role|>content\\n`` per message then ``<|assistant|>``. The sampling checks read their
@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import codecs
 import json
+import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 from swarmrl._convert import ROLE_NAMES
 from swarmrl._fake_rpc import _invalid
+from swarmrl_proto.v1 import admin_service_pb2 as apb
 from swarmrl_proto.v1 import episode_service_pb2 as epb
 from swarmrl_proto.v1 import types_pb2
 
@@ -25,6 +28,34 @@ VOCAB = EOS_TOKEN_ID + 1
 MAX_STOP = types_pb2.REQUEST_LIMIT_MAX_STOP
 MAX_STOP_CHARS = types_pb2.REQUEST_LIMIT_MAX_STOP_CHARS
 MAX_TOP_LOGPROBS = types_pb2.REQUEST_LIMIT_MAX_TOP_LOGPROBS
+
+
+@dataclass
+class Episode:
+    """An episode the fake server holds: its record, session and calls."""
+
+    record: epb.Episode
+    session_id: str
+    calls: list[epb.CallRecord] = field(default_factory=list)
+
+
+def live_snapshot(
+    instance: str, versions: dict[str, int], episodes: Iterable[Episode]
+) -> apb.LiveSnapshot:
+    """GetLiveSnapshot's answer for the toy models and the open episodes (no trainer,
+    no totals, no errors: the fake keeps none)."""
+    now = time.time()
+    open_ = [ep for ep in episodes if ep.record.state == types_pb2.EPISODE_STATE_OPEN]
+    live = apb.LiveSnapshot(server_instance=instance, time=now)
+    live.episodes.open = len(open_)
+    live.models.extend(apb.LiveModel(name=name, policy_version=version, trainable=True)
+                       for name, version in versions.items())
+    for ep in open_:
+        r, age = ep.record, now - ep.record.start_time.ToSeconds()
+        live.open_episodes.add(episode_id=r.episode_id, task_id=r.task_id,
+                               agent_version=r.agent_version, models=r.models,
+                               session_id=ep.session_id, calls=len(ep.calls), age_s=age)
+    return live
 
 
 def model_infos(versions: dict[str, int]) -> list[types_pb2.ModelInfo]:

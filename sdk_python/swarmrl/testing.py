@@ -38,7 +38,6 @@ import math
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 
 import grpc
 import grpc.aio
@@ -72,13 +71,6 @@ EOS_TOKEN_ID = toy.EOS_TOKEN_ID
 """The fake model's end-of-turn token; ids below it are UTF-8 bytes."""
 
 _OPEN = types_pb2.EPISODE_STATE_OPEN
-
-
-@dataclass
-class _Episode:
-    record: epb.Episode
-    session_id: str
-    calls: list[epb.CallRecord] = field(default_factory=list)
 
 
 class FakeSwarmServer(
@@ -118,7 +110,7 @@ class FakeSwarmServer(
         self._reply, self._api_key = reply, api_key
         self._versions = {name: 0 for name in models}
         self._sessions: dict[str, str] = {}
-        self._episodes: dict[str, _Episode] = {}
+        self._episodes: dict[str, toy.Episode] = {}
         self._answers = _Answers()
         self._faults: dict[str, list[_Fault]] = collections.defaultdict(list)
         self._events = _EventLog()
@@ -232,7 +224,7 @@ class FakeSwarmServer(
                 f.times -= 1
                 raise _Abort(f.code, f.reason, "injected failure", retry_delay=f.retry_delay)
 
-    def _episode(self, episode_id: str, *, must_be_open: bool = False) -> _Episode:
+    def _episode(self, episode_id: str, *, must_be_open: bool = False) -> toy.Episode:
         ep = self._episodes.get(episode_id)
         if ep is None:
             raise _Abort(
@@ -328,7 +320,7 @@ class FakeSwarmServer(
             labels=dict(req.labels),
         )
         record.start_time.GetCurrentTime()
-        self._episodes[episode_id] = _Episode(record, req.session_id)
+        self._episodes[episode_id] = toy.Episode(record, req.session_id)
         response = epb.StartEpisodeResponse(
             episode_id=episode_id,
             openai_base_url=f"http://fake.invalid/episodes/{episode_id}/v1",
@@ -439,7 +431,7 @@ class FakeSwarmServer(
         response = epb.AbortEpisodeResponse(episode=ep.record)
         return self._answers.remember("AbortEpisode", rid, response)
 
-    def _abort(self, ep: _Episode, reason: str) -> _Episode:
+    def _abort(self, ep: toy.Episode, reason: str) -> toy.Episode:
         ep.record.state = types_pb2.EPISODE_STATE_ABORTED
         ep.record.abort_reason = reason
         ep.record.end_time.GetCurrentTime()
@@ -468,6 +460,15 @@ class FakeSwarmServer(
             models=toy.model_infos(self._versions),
             last_event_sequence=self._events.last_sequence,
         )
+
+    @_unary
+    async def GetLiveSnapshot(
+        self, req: apb.GetLiveSnapshotRequest, ctx: _Ctx
+    ) -> apb.GetLiveSnapshotResponse:
+        live = toy.live_snapshot(self.instance, self._versions, self._episodes.values())
+        live.sessions, live.paused = len(self._sessions), self._pause[0] if self._pause else ""
+        live.episodes.ended, live.episodes.aborted = self._ended, self._aborted
+        return apb.GetLiveSnapshotResponse(snapshot=live)
 
     @_unary
     async def ListModels(self, req: apb.ListModelsRequest, ctx: _Ctx) -> apb.ListModelsResponse:
