@@ -126,8 +126,8 @@ def test_budgets_and_progress() -> None:
     data = rows({"reward/mean": 0.2}, {"reward/mean": 0.9}, {"reward/mean": None}, {})
     p = watch.progress(data, Metric())
     assert (p.step, p.metric, p.best, p.best_step) == (4, 0.9, 0.9, 2)
-    p = watch.progress(data, Metric(direction="min"))
-    assert (p.best, p.best_step) == (0.2, 1)
+    p = watch.progress(data, Metric(direction="min", final_window=5))
+    assert (p.metric, p.best, p.best_step) == (0.55, 0.2, 1)
 
 
 def test_metrics_tail_waits_for_whole_lines(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jinja2
 
+from swarmrl_server.study import watch
 from swarmrl_server.study.schema import Study
 from swarmrl_server.study.state import Proposal, RunRecord, StudyRecord, StudyState
 
@@ -103,7 +104,8 @@ def markdown(study: Study, record: StudyRecord, runs: list[RunRecord],
              images: list[Path], out: Path) -> str:
     ranked = rank(study, runs)
     lines = [f"# Study {study.name}", "",
-             f"Metric: `{study.metric.name}` ({study.metric.direction}imise); "
+             f"Metric: `{study.metric.name}` ({study.metric.direction}imise; final = mean of "
+             f"the last {study.metric.final_window} step(s)); "
              f"{len(runs)} runs in {len(record.stages)} stage(s); "
              f"{sum(r.finished for r in runs)} finished.", "", "## Ranking", ""]
     lines += _md_table(["rank", "variation", "runs", "final (mean ± std over seeds)"],
@@ -163,7 +165,8 @@ def html(study: Study, record: StudyRecord, runs: list[RunRecord], images: list[
         ("Planner proposals", ["stage", "proposal", "accepted", "reason", "planner's why"],
          [_proposal_row(p) for p in record.proposals]),
     ]
-    summary = (f"Metric {study.metric.name} ({study.metric.direction}imise); {len(runs)} runs in "
+    summary = (f"Metric {study.metric.name} ({study.metric.direction}imise; final = mean of the "
+               f"last {study.metric.final_window} step(s)); {len(runs)} runs in "
                f"{len(record.stages)} stage(s).")
     return HTML.render(name=study.name, summary=summary, tables=tables,
                        errors=record.planner_errors,
@@ -174,6 +177,11 @@ def write_report(study: Study, state: StudyState, *, plots: bool = True) -> Path
     """Writes the report; returns the Markdown file's path."""
     record = state.load_study(study.name)
     runs = state.runs(record)
+    for r in runs:  # from the metrics, so a changed metric or final_window applies
+        rows = watch.read_rows(state.run_dir(r.run_id) / "data")
+        if rows:
+            p = watch.progress(rows, study.metric)
+            r.step, r.metric, r.best, r.best_step = p.step, p.metric, p.best, p.best_step
     out = state.workdir / "report"
     out.mkdir(parents=True, exist_ok=True)
     images = plot(study, state, runs, out) if plots else []

@@ -72,6 +72,9 @@ class Metric(_Strict):
     name: str = "reward/mean"
     """A key of the trainer's metrics.jsonl."""
     direction: Literal["max", "min"] = "max"
+    final_window: int = Field(default=1, ge=1)
+    """A run's final value: the mean over its last this-many steps that report the metric
+    (noisy per-step rewards rank better over a window)."""
 
 
 class Budget(_Strict):

@@ -74,7 +74,7 @@ class RunRecord(BaseModel):
     http_port: int = 0
     step: int = 0
     metric: float | None = None
-    """The chosen metric at the last step that reported it."""
+    """The chosen metric's final value (`watch.progress`)."""
     best: float | None = None
     best_step: int = 0
     episodes: int = 0

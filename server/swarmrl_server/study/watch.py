@@ -58,23 +58,26 @@ def _finite(value: Any) -> float | None:
 class Progress:
     step: int = 0
     metric: float | None = None
-    """The metric at the last step that reported it."""
+    """The final value: the mean over the last `Metric.final_window` steps reporting it."""
     best: float | None = None
     best_step: int = 0
 
 
 def progress(rows: list[Row], metric: Metric) -> Progress:
-    step, last, best, best_step = 0, None, None, 0
+    step, best, best_step = 0, None, 0
+    values: list[float] = []
     sign = 1.0 if metric.direction == "max" else -1.0
     for row in rows:
         step = max(step, int(row.get("step", 0)))
         value = _finite(row.get(metric.name))
         if value is None:
             continue
-        last = value
+        values.append(value)
         if best is None or sign * value > sign * best:
             best, best_step = value, int(row["step"])
-    return Progress(step, last, best, best_step)
+    tail = values[-metric.final_window:]
+    final = sum(tail) / len(tail) if tail else None
+    return Progress(step, final, best, best_step)
 
 
 def curve(rows: list[Row], name: str) -> tuple[list[int], list[float]]:
