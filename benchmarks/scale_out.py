@@ -5,7 +5,7 @@
   does), `--concurrency` at a time, through the same `Router` the server uses, over N
   replica actors (Ray restarts, stickiness and all). Episodes/s and calls/s.
 - Trainer workers: the same batch of `--batch` episodes of very different lengths (tree
-  packing on), `--steps` timed steps after one warm-up, through `trainer.ray_group.RayGroup` with N
+  packing on), `--steps` timed steps after one warm-up, through `scale.workers.RayGroup` with N
   FSDP2 workers (gloo on CPU, NCCL with `--device cuda`). Median step time.
 
 On the 2-core project machine every actor runs torch on one thread, so a second replica
@@ -107,8 +107,8 @@ def _batch(path: Path, n: int) -> list[Any]:
 
 
 def workers_run(path: Path, n: int, args: argparse.Namespace) -> dict[str, float]:
+    from swarmrl_server.scale.workers import RayGroup
     from swarmrl_server.trainer.config import TrainerConfig
-    from swarmrl_server.trainer.ray_group import RayGroup
     from swarmrl_server.trainer.step import batch_advantages
 
     config = TrainerConfig.from_options({

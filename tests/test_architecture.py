@@ -59,7 +59,6 @@ KNOWN: dict[str, set[tuple[str, ...]]] = {
     # Layer breaches, as (importer, imported) among LAYERS' names.
     "layers": {
         ("observe.viewer", "http"),  # viewer/web renders errors with http/errors
-        ("trainer", "scale"),  # trainer/ray_group places its workers with scale/cluster
         ("hosting", "trainer"),  # the host loader reads trainer/config and trainer/lora
     },
     # Modules over 500 lines.

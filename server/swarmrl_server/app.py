@@ -86,9 +86,15 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
     await swarm.start()
     if config.train:
         from swarmrl_server.trainer.attach import attach_trainers
+        from swarmrl_server.trainer.workers import GroupFactory, LocalGroup
 
+        start_group: GroupFactory = LocalGroup
+        if config.ray:  # more than one worker of a model become Ray actors
+            from swarmrl_server.scale import workers
+
+            start_group = workers.start_group
         try:
-            await attach_trainers(swarm, config)
+            await attach_trainers(swarm, config, start_group=start_group)
         except BaseException:
             await swarm.stop()  # engines too: a launched vLLM server must not outlive us
             raise

@@ -122,7 +122,7 @@ class ServerConfig:
     resume: Path | None = None
     """Checkpoint directory to resume training from."""
     ray: bool = False
-    """Place engine replicas and trainer workers as Ray actors (`scale.replicas`, `trainer.ray_group`)."""
+    """Place engine replicas and trainer workers as Ray actors (`scale.replicas`, `scale.workers`)."""
     ray_address: str | None = None
     """Ray cluster to join (e.g. "auto" or "10.0.0.1:6379"); None starts a local one."""
     replicas: int = 1

@@ -1,6 +1,6 @@
 """The Ray cluster a server places its actors on (`swarmrl serve --ray`): joined at
 `--ray-address`, or started here on loopback. Engine replicas (`scale.replicas`) and
-trainer workers (`trainer/ray_group.py`) both place onto it."""
+trainer workers (`scale.workers`) both place onto it."""
 
 from __future__ import annotations
 
@@ -21,11 +21,14 @@ def init_ray(address: str | None, *, logical_cpus: float = 0) -> None:
         return
     env = {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
     runtime_env = {"env_vars": {k: v for k, v in env.items() if v}}
+    address = address or os.environ.get("RAY_ADDRESS")  # e.g. inside a Ray job
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
     else:
         _LOCAL_CLUSTER = True
-        ray.init(num_cpus=int(max(os.cpu_count() or 1, logical_cpus)),
+        # "local": a new cluster of our own, never one another process left on this machine
+        # (ray.init() without an address joins any it finds in /tmp/ray).
+        ray.init(address="local", num_cpus=int(max(os.cpu_count() or 1, logical_cpus)),
                  include_dashboard=False, runtime_env=runtime_env, log_to_driver=False,
                  _node_ip_address="127.0.0.1")
 

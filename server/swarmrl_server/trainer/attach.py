@@ -12,6 +12,7 @@ from swarmrl_server.pauses import TRAINER
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError, options_per_model
 from swarmrl_server.trainer.port import TrainingPort
 from swarmrl_server.trainer.trainer import Trainer
+from swarmrl_server.trainer.workers import GroupFactory, LocalGroup
 
 if TYPE_CHECKING:
     from swarmrl_server.config import ServerConfig
@@ -19,9 +20,12 @@ if TYPE_CHECKING:
     from swarmrl_server.swarm import Swarm
 
 
-async def attach_trainers(swarm: Swarm, config: ServerConfig) -> None:
+async def attach_trainers(
+    swarm: Swarm, config: ServerConfig, *, start_group: GroupFactory = LocalGroup
+) -> None:
     """Parses the train options (a bad one stops start-up with the valid choices listed),
-    then starts one trainer per trainable model, resuming from `config.resume` if set."""
+    then starts one trainer per trainable model, resuming from `config.resume` if set.
+    `start_group` starts each model's worker group (the app passes Ray's with --ray)."""
     per_model = options_per_model(config.train_options, list(swarm.models))
     for name, options in per_model.items():
         workers = TrainerConfig.from_options(options).workers
@@ -33,7 +37,8 @@ async def attach_trainers(swarm: Swarm, config: ServerConfig) -> None:
         if not host.trainable:
             continue
         trainer = Trainer(training_port(swarm, host),
-                          TrainerConfig.from_options(per_model[host.name]))
+                          TrainerConfig.from_options(per_model[host.name]),
+                          start_group=start_group)
         await trainer.start(resume=config.resume)
         host.trainer = trainer
 

@@ -205,7 +205,7 @@ class TrainerWorker:
     """One data-parallel worker: a shard of the model and optimizer, and its StepRunner.
 
     The same class runs in a `torch.multiprocessing` process (tests) or as a Ray actor
-    (`ray_group.py`). Every method is a collective: call it on all workers.
+    (`scale/workers.py`). Every method is a collective: call it on all workers.
     """
 
     def __init__(

@@ -37,7 +37,7 @@ from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from swarmrl_server.trainer.history import LOST_WEIGHTS, Recovery, VersionHistory
 from swarmrl_server.trainer.port import TrainingPort
 from swarmrl_server.trainer.step import EpisodeRows, batch_advantages, episode_rows, generated_mask
-from swarmrl_server.trainer.workers import WorkerGroup, start_group
+from swarmrl_server.trainer.workers import GroupFactory, LocalGroup, WorkerGroup
 
 log = structlog.get_logger("swarmrl.trainer")
 
@@ -49,9 +49,11 @@ class Trainer:
     """Trains one model on the episodes that call it."""
 
     def __init__(
-        self, port: TrainingPort, config: TrainerConfig, *, log_dir: Path | None = None
+        self, port: TrainingPort, config: TrainerConfig, *,
+        start_group: GroupFactory = LocalGroup, log_dir: Path | None = None,
     ) -> None:
         self.port = port
+        self._start_group = start_group
         self.name = port.model
         self.config = config
         self.data_dir = port.data_dir
@@ -78,14 +80,14 @@ class Trainer:
         self._recovery_unreported = True
         self.offpolicy_lost = 0
         self.group: WorkerGroup | None = None
-        """Whoever holds the weights and runs the steps (`workers.start_group`)."""
+        """Whoever holds the weights and runs the steps (started by `start_group`)."""
         self.writer: metrics.MetricsWriter | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self, resume: Path | None = None) -> None:
         """Loads the model (and a checkpoint), picks up unconsumed episodes, starts the loop."""
-        self.group = group = await asyncio.to_thread(start_group, self.port.weights_dir, self.config)
+        self.group = group = await asyncio.to_thread(self._start_group, self.port.weights_dir, self.config)
         store = self.port.store
         if self.config.lost_weights not in LOST_WEIGHTS:
             raise TrainerConfigError(f"lost_weights must be one of {LOST_WEIGHTS}")

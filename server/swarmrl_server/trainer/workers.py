@@ -5,15 +5,18 @@ and the optimizer state and does the training. Two implementations, one interfac
 the trainer's loop has no branch on where the weights live:
 
 - `LocalGroup`: one process, the model in the trainer's own process (`workers=1`);
-- `ray_group.RayGroup`: N FSDP2 workers as Ray actors, each a shard of the model and
-  of the AdamW state (`workers=N`, `swarmrl serve --ray`).
+- `scale.workers.RayGroup`: N FSDP2 workers as Ray actors, each a shard of the model
+  and of the AdamW state (`workers=N`, `swarmrl serve --ray`).
+
+Which one a trainer gets is a `GroupFactory` its builder passes in (the app passes
+`scale.workers.start_group` when it places on Ray): the trainer never imports Ray.
 
 Every method is blocking torch (or Ray) work; the trainer calls them off the event loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -87,10 +90,5 @@ class LocalGroup:
         pass
 
 
-def start_group(path: Path, config: TrainerConfig) -> WorkerGroup:
-    """The group `config.workers` asks for (blocks until its workers hold the model)."""
-    if config.workers > 1:
-        from swarmrl_server.trainer.ray_group import RayGroup  # Ray only when asked for
-
-        return RayGroup(path, config)
-    return LocalGroup(path, config)
+GroupFactory = Callable[[Path, TrainerConfig], WorkerGroup]
+"""Starts the worker group of a model's weights directory and train options (blocking)."""

@@ -1,4 +1,6 @@
-"""`RayGroup`: a trainer's `WorkerGroup` as N FSDP2 `TrainerWorker` actors (`workers=N`).
+"""`RayGroup`: a trainer's `WorkerGroup` (trainer/workers.py) as N FSDP2 `TrainerWorker`
+actors (`workers=N`, `swarmrl serve --ray`); `start_group` is the group factory the app
+hands the trainers when it places on Ray.
 
 The workers (distributed.py) sit in one Ray placement group, one bundle of
 `worker_cpus`/`worker_gpus` each; rank 0's node gives the torch.distributed rendezvous
@@ -32,8 +34,15 @@ from swarmrl_server.trainer import checkpoint, lora
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.distributed import SHARDED_DIR, TrainerWorker
 from swarmrl_server.trainer.step import EpisodeRows, StepStats
+from swarmrl_server.trainer.workers import LocalGroup, WorkerGroup
 
 log = structlog.get_logger("swarmrl.ray")
+
+
+def start_group(path: Path, config: TrainerConfig) -> WorkerGroup:
+    """The group `config.workers` asks for: Ray actors for more than one worker, the
+    trainer's own process for one (blocks until the workers hold the model)."""
+    return RayGroup(path, config) if config.workers > 1 else LocalGroup(path, config)
 
 
 def _rendezvous(loopback: bool) -> tuple[str, int]:
