@@ -1,0 +1,152 @@
+"""A TextWorld agent: an ordinary OpenAI-client program (it imports nothing from swarmrl).
+
+    swarmrl run --task-id textworld/GAME -- python -m examples.textworld.agent --game GAME.z8
+
+It reads ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` (what ``swarmrl run`` sets to a fresh
+episode's shim URL and key) and ``SWARMRL_MODEL``, plays one game up to ``--max-steps``
+commands, and writes ``{"reward": ...}`` to ``$SWARMRL_REWARD_FILE``. `play` is the
+same loop for a caller that passes its own ``OpenAI`` client (examples/textworld/run.py
+passes one built from an episode's ``openai_base_url`` and ``openai_api_key``).
+
+**One turn.** The conversation is the game so far: a system message with the goal,
+then per step a user message (what the game said, then the commands it accepts now,
+numbered) and the model's reply. The reply's first number picks the command; a
+reply naming a command verbatim picks that one; anything else becomes ``look`` (the
+step is spent). Every
+turn re-sends the whole history, so each call's prompt extends the previous call's
+prompt + completion token for token and the server merges the episode into one
+timeline.
+
+**Reward** (from the game): ``(score / max_score + won) / 2``: the quest's points
+and the win, each half. Success (the eval's measure) is ``won``.
+
+TextWorld's command parser is not thread-safe: every environment call of this process
+goes through `GAME_LOCK` (the model calls, the slow part, run outside it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import textworld
+import textworld.gym
+from openai import OpenAI
+
+GAME_LOCK = threading.Lock()
+"""Guards every textworld call in this process (its parser keeps global state)."""
+
+SYSTEM = ("You are playing a text adventure game. Your goal: {objective}\n"
+          "Each turn, choose one of the numbered commands.")
+TURN = "{feedback}\n\nCommands:\n{commands}\nReply with the number of one command."
+_STATUS = re.compile(r"\s*>?\s*-=\s*[^=]*=-\s*\d+/\d+\s*$")
+_NUMBER = re.compile(r"\d+")
+INFOS = textworld.EnvInfos(admissible_commands=True, max_score=True, won=True, lost=True,
+                           objective=True, description=True, score=True)
+
+
+@dataclass
+class Result:
+    """How a game went."""
+
+    won: bool
+    score: int
+    max_score: int
+    steps: int
+    commands: list[str] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
+
+    @property
+    def reward(self) -> float:
+        return (self.score / max(self.max_score, 1) + float(self.won)) / 2
+
+
+def clean(text: str) -> str:
+    """A step's text without the padded status line and prompt marker TextWorld appends."""
+    return _STATUS.sub("", text).strip()
+
+
+def choose(reply: str, commands: list[str]) -> str:
+    """The command a reply picks: its first number (1-based), else a command it names
+    verbatim, else ``look`` (a spent step; free text never reaches the game: the
+    interpreter can hang on some byte sequences a sampling model writes)."""
+    number = _NUMBER.search(reply)
+    if number and 1 <= int(number.group()) <= len(commands):
+        return commands[int(number.group()) - 1]
+    lowered = reply.strip().lower()
+    for command in commands:
+        if command.lower() in lowered:
+            return command
+    return "look"
+
+
+def open_game(game: str | Path, max_steps: int) -> Any:
+    with GAME_LOCK:
+        env_id = textworld.gym.register_game(str(game), request_infos=INFOS,
+                                             max_episode_steps=max_steps)
+        return textworld.gym.make(env_id)
+
+
+def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
+         temperature: float = 1.0, max_tokens: int = 4) -> Result:
+    """Plays one game to a win, a loss or `max_steps` commands."""
+    env = open_game(game, max_steps)
+    try:
+        with GAME_LOCK:
+            _, infos = env.reset()
+        # The reset text opens with an ASCII-art banner (~600 tokens): the room
+        # description says the same without it.
+        feedback = infos["description"]
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": SYSTEM.format(objective=infos["objective"])}]
+        result = Result(won=False, score=0, max_score=int(infos["max_score"]), steps=0)
+        done = False
+        while not done and result.steps < max_steps:
+            commands = sorted(infos["admissible_commands"])
+            listing = "\n".join(f"{i}. {c}" for i, c in enumerate(commands, 1))
+            messages.append({"role": "user",
+                             "content": TURN.format(feedback=feedback, commands=listing)})
+            reply = client.chat.completions.create(
+                model=model, messages=messages,  # type: ignore[arg-type]
+                temperature=temperature, max_tokens=max_tokens,
+            ).choices[0].message.content or ""
+            messages.append({"role": "assistant", "content": reply})
+            command = choose(reply, commands)
+            with GAME_LOCK:
+                text, score, done, infos = env.step(command)
+            feedback = clean(text)
+            result.steps += 1
+            result.score = int(score)
+            result.won = bool(infos["won"])
+            result.commands.append(command)
+            result.replies.append(reply)
+        return result
+    finally:
+        with GAME_LOCK:
+            env.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--game", required=True, help="a TextWorld game file (.z8, its .json beside)")
+    p.add_argument("--max-steps", type=int, default=6)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=int, default=4)
+    args = p.parse_args(argv)
+    client = OpenAI()  # OPENAI_BASE_URL / OPENAI_API_KEY
+    result = play(args.game, client, os.environ.get("SWARMRL_MODEL", "smollm2"),
+                  max_steps=args.max_steps, temperature=args.temperature,
+                  max_tokens=args.max_tokens)
+    if os.environ.get("SWARMRL_REWARD_FILE"):
+        Path(os.environ["SWARMRL_REWARD_FILE"]).write_text(json.dumps({"reward": result.reward}))
+    print(json.dumps({**asdict(result), "reward": result.reward}))
+
+
+if __name__ == "__main__":
+    main()

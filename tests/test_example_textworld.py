@@ -1,0 +1,77 @@
+"""The TextWorld example: command choice, and a short real run on generated games.
+
+Against a real ``swarmrl serve --train`` on the tiny model: the OpenAI-client agent
+plays multi-turn games through the episode's shim URL and key, each turn's prompt
+extends the last so an episode's calls merge into one timeline, eval episodes are
+aborted and never trained, and the same agent runs under ``swarmrl run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from examples.env_runs import Server, merge_report, train_options
+from examples.textworld.agent import choose, clean
+from examples.textworld.run import TextWorld, build_parser
+from tests.envs_support import episode_states, trained_episode_ids
+from tests.helpers import REPO, wait_until
+
+
+def test_a_reply_picks_a_command_by_number_or_name() -> None:
+    commands = ["go east", "open box", "take key"]
+    assert choose("2", commands) == "open box"
+    assert choose(" 3. take key", commands) == "take key"
+    assert choose("I would take key now", commands) == "take key"
+    assert choose("7", commands) == "look"  # out of range, names nothing: a spent step
+    assert choose("\ufffd\ufffd", commands) == "look"
+    assert clean("You open it.\n\n>   -= Studio =-0/1") == "You open it."
+
+
+@pytest.mark.slow
+def test_short_run_merges_turns_and_never_trains_the_eval(tmp_path: Path,
+                                                          model_cache: Path) -> None:
+    args = build_parser().parse_args(
+        ["--model", "tiny", "--games-dir", str(tmp_path / "games"), "--train-games", "1",
+         "--eval-games", "1", "--group-size", "2", "--parallel-groups", "1",
+         "--batch-groups", "1", "--max-steps", "3", "--train-option", "batch_rule=groups"])
+    env = TextWorld(args)
+    assert not {g.name for g in env.train_games} & {g.name for g in env.eval_games}
+    server = Server.start("tiny", train_options(args), tmp_path / "data", tmp_path / "server.log",
+                          ["--cache-dir", str(model_cache)])
+    try:
+        evals = asyncio.run(env.evaluate(server))
+        train = asyncio.run(env.train_round(server, 0))
+        wait_until(lambda: len(server.steps()) >= 1, 60, "a training step")
+        step = server.steps()[0]
+        # The same agent as a standalone program under `swarmrl run`.
+        game = env.train_games[0]
+        done = subprocess.run(
+            [sys.executable, "-m", "swarmrl._run", "--target", server.target, "--task-id",
+             f"textworld/{game.stem}", "--", sys.executable, "-m", "examples.textworld.agent",
+             "--game", str(game), "--max-steps", "2"],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        state = episode_states(server.target, [r["episode_id"] for r in evals + train])
+    finally:
+        server.stop()
+    assert all(state[r["episode_id"]][0] == "aborted" for r in evals)
+    assert all(state[r["episode_id"]] == ("ended", r["reward"], r["steps"]) for r in train)
+    # Multi-turn: one call per command, and every episode's calls merged into one timeline.
+    calls = sum(r["steps"] for r in train)
+    assert calls > len(train)
+    assert step["merge/calls"] == calls and step["merge/timelines"] == len(train)
+    merged = merge_report(tmp_path / "data")  # from the store, the trainer's merge_calls
+    assert merged["trained"]["calls"] == calls and merged["trained"]["timelines"] == len(train)
+    assert merged["trained"]["tokens_as_timelines"] < merged["trained"]["tokens_as_calls"]
+    assert merged["eval"]["episodes"] == len(evals) and merged["eval"]["forks"] == 0
+    assert trained_episode_ids(tmp_path / "data") == {r["episode_id"] for r in train}
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["steps"] >= 1 and 0.0 <= result["reward"] <= 1.0
