@@ -3,6 +3,7 @@ one client is replaced by an edited version mid-run (CPU, a few minutes).
 
     python -m examples.two_models                  # writes runs/two-models/reward.png
     python -m examples.two_models --episodes 400   # a shorter smoke run
+    python -m examples.two_models --lora-rank 8 --lr 2e-3   # two LoRA adapters, one base
 
 What it does (the game: examples/proposer_solver/game.py):
 
@@ -60,7 +61,10 @@ def warm_start(name: str, seed: int, steps: int, out: Path) -> Path:
     target = out / f"sft-{name}-tiny{seed}-{steps}"
     if (target / "model.safetensors").is_file():
         return target
-    conversation = game.proposer_warm_start if name == "proposer" else game.solver_warm_start
+    conversation = {"proposer": game.proposer_warm_start, "solver": game.solver_warm_start,
+                    # One base for both adapters (--lora-rank): both formats, half each.
+                    "both": lambda rng: (game.proposer_warm_start if rng.random() < 0.5
+                                         else game.solver_warm_start)(rng)}[name]
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     train_sft(resolve_model(f"tiny:{seed}", None), tmp, conversation,
@@ -93,14 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=8.0, help="time limit of the RL phase")
     p.add_argument("--sft-steps", type=int, default=100)
     p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lora-rank", type=int, default=0,
+                   help="train both models as LoRA adapters of this rank on ONE shared base "
+                        "(warm-started on both formats): one copy of it in the server")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    models = {name: warm_start(name, args.seed + i, args.sft_steps, out)
-              for i, name in enumerate(("proposer", "solver"))}
+    if args.lora_rank:
+        base = warm_start("both", args.seed, args.sft_steps, out)
+        models = {"proposer": base, "solver": base}
+    else:
+        models = {name: warm_start(name, args.seed + i, args.sft_steps, out)
+                  for i, name in enumerate(("proposer", "solver"))}
     sft_s = time.monotonic() - t0
     data_dir, spool, logs = out / "data", out / "spool", out / "episodes"
     for d in (data_dir, spool, logs):
@@ -112,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
            "--max-batch-size", "64", "--log-level", "warning"]
     for name, path in models.items():
         cmd += ["--model", f"{name}={path}"]
-    for key, value in {**TRAIN_OPTIONS, "lr": str(args.lr), "seed": str(args.seed)}.items():
+    lora = {"lora_rank": str(args.lora_rank)} if args.lora_rank else {}
+    for key, value in {**TRAIN_OPTIONS, **lora, "lr": str(args.lr),
+                       "seed": str(args.seed)}.items():
         cmd += ["--train-option", f"{key}={value}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
     server_log = out / "server.log"

@@ -1,0 +1,76 @@
+"""LoRA with `swarmrl serve --ray`: 2 hf engine replicas (Ray actors), each holding the base
+and the model's adapter; after a trainer step the router has pushed the new adapter
+version to both, and each serves it with the trainer's logprobs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import swarmrl
+from swarmrl_server.engine.base import SamplingParams
+from tests.helpers import assert_eventually
+from tests.test_lora_serving import recompute
+from tests.test_trainer_vllm import PROMPT
+
+pytestmark = pytest.mark.slow
+
+
+async def test_the_router_pushes_each_adapter_version_to_every_replica(
+    tmp_path: Path, model_cache: Path
+) -> None:
+    pytest.importorskip("ray")
+    from swarmrl_server.app import start_server
+    from swarmrl_server.config import ModelSpec, ServerConfig
+    from swarmrl_server.engine.base import GenerationOutput
+    from swarmrl_server.scale.replicas import RayReplica
+    from swarmrl_server.scale.router import Router
+
+    config = ServerConfig(
+        models=(ModelSpec("tiny", "tiny", "hf"),), port=0, http_port=None,
+        data_dir=tmp_path / "data", cache_dir=model_cache, grace_s=0.5, torch_threads=1,
+        train=True, ray=True, replicas=2,
+        train_options={"lora_rank": "8", "batch_size": "1", "batch_rule": "groups",
+                       "group_size": "2", "lr": "5e-2", "checkpoint_every": "0",
+                       "progress": "false", "checkpoint_on_stop": "false"})
+    running = await start_server(config)
+    try:
+        host = running.swarm.models["tiny"]
+        router = host.engine
+        assert isinstance(router, Router) and len(router.replicas) == 2
+        async with swarmrl.AsyncSwarmClient(running.grpc_target) as client:
+            for reward in (1.0, 0.0):
+                async with client.episode(task_id="t", group_id="g") as ep:
+                    await ep.generate_tokens(PROMPT, max_tokens=8, temperature=1.0,
+                                             seed=int(reward))
+                    await ep.reward(reward)
+        await assert_eventually(lambda: _check(router.policy_version == 1), timeout=120)
+        reps = [r for r in router.replicas if isinstance(r, RayReplica)]
+        infos = await asyncio.gather(*(r.actor.info.remote() for r in reps))
+        assert [int(i["policy_version"]) for i in infos] == [1, 1]
+
+        model: Any = host.trainer.group.model
+        model.eval()
+        served = set()
+        for key in (f"k{i}" for i in range(20)):  # until both replicas answered
+            params = SamplingParams(temperature=0.7, max_tokens=8, seed=5, affinity_key=key)
+            out = None
+            async for item in router.generate(PROMPT, params):
+                out = item
+            assert isinstance(out, GenerationOutput) and out.policy_version == 1
+            lp = torch.tensor(out.logprobs)
+            assert (lp - recompute(model, out.completion_ids, 0.7)).abs().max() <= 1e-4
+            served.add(router.replica_of(key))
+            if len(served) == 2:
+                break
+        assert served == {0, 1}
+    finally:
+        await running.stop()
+
+
+def _check(condition: bool) -> None:
+    assert condition
