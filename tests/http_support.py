@@ -45,6 +45,13 @@ async def start_episode(running: Any, models: Sequence[str] = (), task_id: str =
     return Ep(record.episode_id, key, running.openai_base_url)
 
 
+def aclient(ep: Ep, **kw: Any) -> Any:
+    """The official async openai client on episode `ep`, with retries off."""
+    import openai
+
+    return openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.key, max_retries=0, **kw)
+
+
 async def stored_calls(running: Any, episode_id: str) -> list[Any]:
     record = await running.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
     return sorted(record.calls, key=lambda c: c.seq)

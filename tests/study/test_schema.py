@@ -18,10 +18,9 @@ from swarmrl_server.study.schema import (
     StopRules,
     StudyError,
     expand,
-    load_study,
-    parse_study,
 )
 from swarmrl_server.study.state import RunRecord, StudyState, write_atomic
+from swarmrl_server.study.validate import load_study, parse_study
 
 BASE: dict[str, Any] = {
     "name": "unit",

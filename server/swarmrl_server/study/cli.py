@@ -10,8 +10,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from swarmrl_server.study.schema import Study, StudyError, load_study, workdir_for
+from swarmrl_server.study.schema import Study, StudyError, workdir_for
 from swarmrl_server.study.state import RunRecord, StudyRecord, StudyState
+from swarmrl_server.study.validate import load_study
 
 EPILOG = """\
 examples:

@@ -6,7 +6,7 @@ OpenAI-compatible model (``planner.base_url`` + ``planner.model``: an external o
 or a swarm server's shim at an episode's base URL), asked through the official ``openai`` client to
 reply with JSON. A proposal is ``{"overrides": {KEY: VALUE, ...}, "why": "..."}``
 (or the overrides map alone). Each one is validated exactly as the study file's
-variations are (`schema.check_overrides`: the server's and the trainer's own
+variations are (`validate.check_overrides`: the server's and the trainer's own
 parsers); accepted ones run (once per seed) as the next stage, and every proposal,
 accepted or refused with its reason, is kept in ``study.json`` and the report.
 """
@@ -27,10 +27,10 @@ from swarmrl_server.study.schema import (
     Study,
     StudyError,
     Value,
-    check_overrides,
     runs_for,
 )
 from swarmrl_server.study.state import Proposal, RunRecord, StudyRecord
+from swarmrl_server.study.validate import check_overrides
 
 PlanFunction = Callable[[list[dict[str, Any]], dict[str, Any]], Any]
 _OVERRIDES = TypeAdapter(dict[str, Value])

@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 
 from swarmrl_server.study.runner import Backend
-from swarmrl_server.study.schema import RunSpec, Study, load_study, workdir_for
+from swarmrl_server.study.schema import RunSpec, Study, workdir_for
 from swarmrl_server.study.state import RunRecord, StudyState
+from swarmrl_server.study.validate import load_study
 
 POLL_S = 1.0
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")

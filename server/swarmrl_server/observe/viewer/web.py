@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from swarmrl_server.http.errors import HttpError
+from swarmrl_server.errors import Reason, invalid, not_found
 from swarmrl_server.observe.viewer.episodes import episode_view, export_jsonl, group_view
 from swarmrl_server.observe.viewer.source import EpisodeFilter, EpisodeSource
 
@@ -36,8 +36,7 @@ def _reward(text: str | None, name: str) -> float | None:
     try:
         return float(text)
     except ValueError:
-        raise HttpError(400, f"{name}: not a number: {text!r}", param=name,
-                        code="INVALID_FIELD") from None
+        raise invalid(name, f"not a number: {text!r}") from None
 
 
 def _render(request: Request, source: EpisodeSource, template: str, **context: Any) -> HTMLResponse:
@@ -61,8 +60,7 @@ def attach_viewer(app: FastAPI, source: EpisodeSource,
     async def index(request: Request, task: str = "", model: str = "", agent: str = "",
                     state: str = "", min_reward: str = "", max_reward: str = "") -> HTMLResponse:
         if state and state not in ("open", "ended", "aborted"):
-            raise HttpError(400, f"state: one of open, ended, aborted; got {state!r}",
-                            param="state", code="INVALID_FIELD")
+            raise invalid("state", f"one of open, ended, aborted; got {state!r}")
         where = EpisodeFilter(task_id=task, model=model, agent_version=agent, state=state,
                               min_reward=_reward(min_reward, "min_reward"),
                               max_reward=_reward(max_reward, "max_reward"))
@@ -82,8 +80,7 @@ def attach_viewer(app: FastAPI, source: EpisodeSource,
     async def _episode(episode_id: str) -> Any:
         record = await source.episode(episode_id)
         if record is None:
-            raise HttpError(404, f"episode {episode_id!r} not found", param="episode_id",
-                            code="EPISODE_NOT_FOUND")
+            raise not_found(Reason.EPISODE_NOT_FOUND, "episode", episode_id)
         return record
 
     @router.get("/episodes/{episode_id}", response_class=HTMLResponse)
@@ -103,8 +100,7 @@ def attach_viewer(app: FastAPI, source: EpisodeSource,
     async def group(request: Request, task: str, group: str, model: str = "") -> HTMLResponse:
         records = await source.group(task, group)
         if not records:
-            raise HttpError(404, f"no episodes in group {group!r} of task {task!r}",
-                            param="group", code="GROUP_NOT_FOUND")
+            raise not_found(Reason.GROUP_NOT_FOUND, "group", f"{task}/{group}")
         model = model or records[0].models[0]
         g = group_view(records, model, source.decoder(model), source.shape(model))
         depth: dict[int, int] = {}
