@@ -275,9 +275,9 @@ def run(env: Environment, *, out: Path, model: str, train_options: Mapping[str, 
     summary["total_s"] = round(time.monotonic() - t_start, 1)
     summary["merge"] = merge_report(data_dir)
     if train_minutes > 0 and (data_dir / "metrics.jsonl").is_file():
-        from swarmrl_server.plots import main as plot  # matplotlib: only when plotting
+        from swarmrl._cli import main as swarmrl_cli
 
-        plot([str(data_dir), "--out", str(out / "plots")])
+        swarmrl_cli(["plot", str(data_dir), "--out", str(out / "plots")])
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 

@@ -67,11 +67,14 @@ def test_short_run_merges_turns_and_never_trains_the_eval(tmp_path: Path,
     calls = sum(r["steps"] for r in train)
     assert calls > len(train)
     assert step["merge/calls"] == calls and step["merge/timelines"] == len(train)
-    merged = merge_report(tmp_path / "data")  # from the store, the trainer's merge_calls
-    assert merged["trained"]["calls"] == calls and merged["trained"]["timelines"] == len(train)
-    assert merged["trained"]["tokens_as_timelines"] < merged["trained"]["tokens_as_calls"]
-    assert merged["eval"]["episodes"] == len(evals) and merged["eval"]["forks"] == 0
     assert trained_episode_ids(tmp_path / "data") == {r["episode_id"] for r in train}
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["steps"] >= 1 and 0.0 <= result["reward"] <= 1.0
+    # From the store, by the trainer's merge_calls: the group and the `swarmrl run` episode.
+    merged = merge_report(tmp_path / "data")
+    assert merged["trained"]["episodes"] == len(train) + 1
+    assert merged["trained"]["calls"] == calls + result["steps"]
+    assert merged["trained"]["timelines"] == len(train) + 1 and merged["trained"]["forks"] == 0
+    assert merged["trained"]["tokens_as_timelines"] < merged["trained"]["tokens_as_calls"]
+    assert merged["eval"]["episodes"] == len(evals) and merged["eval"]["forks"] == 0
