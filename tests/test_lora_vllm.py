@@ -5,7 +5,8 @@ After each trainer step the new adapter version is written to a new directory an
 at runtime under a new name; the served logprobs of that version equal the trainer's
 recompute (fp32, <= 1e-4), every recorded call carries the version of the adapter that
 produced it, the two models' policy versions move independently, and a sync moves the
-adapter's bytes, not the model's."""
+adapter's bytes, not the model's. A call running when a new version loads finishes on
+the version it started on."""
 
 from __future__ import annotations
 
@@ -108,3 +109,52 @@ async def test_two_adapters_on_one_vllm_server_train_at_once(two_adapters: Runni
     assert {"a-v2", "b-v1"} <= served_names and "a-v1" not in served_names
     adapter_dirs = sorted(p.name for p in (base.weights_dir / "a").iterdir())
     assert adapter_dirs == ["v2"]
+
+
+async def test_a_call_finishes_on_the_adapter_version_it_started_on(
+    vllm_lora_url: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Loading version 2 does not wait for calls on version 1: they finish on it (stamped
+    1, with version 1's logprobs) while new calls start on version 2; version 1 is then
+    unloaded."""
+    from swarmrl_server.engine.adapter import LoraSpec
+    from swarmrl_server.engine.base import GenerationChunk, GenerationOutput
+    from swarmrl_server.models import load_model
+    from swarmrl_server.trainer import lora
+    from swarmrl_server.trainer.config import TrainerConfig
+
+    config = TrainerConfig.from_options({"lora_rank": "8"})
+    model = lora.wrap(load_model(tiny_model_dir)[0], config).eval()
+    spec = LoraSpec(rank=8, alpha=16)
+    versions = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.05)
+        versions.append(lora.adapter_tensors(model))
+    base = VLLMEngine("m", tiny_model_dir, urls=[vllm_lora_url], trainable=True,
+                      weights_dir=tmp_path / "w")
+    view = AdapterEngine("m", base, spec, shared=[])
+    await view.start()
+    try:
+        await view.update_weights(versions[0], 1)
+        long = view.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=100, seed=1))
+        assert isinstance(await anext(long), GenerationChunk)
+        await view.update_weights(versions[1], 2)  # returns with the long call running
+        new = await run(view, SamplingParams(temperature=0.7, max_tokens=8, seed=2))  # type: ignore[arg-type]
+        assert new.policy_version == 2 == view.policy_version
+        old = [item async for item in long][-1]
+        assert isinstance(old, GenerationOutput) and old.policy_version == 1
+        from peft import set_peft_model_state_dict
+
+        for tensors, out, temperature in ((versions[0], old, 1.0), (versions[1], new, 0.7)):
+            set_peft_model_state_dict(model, tensors, adapter_name=lora.ADAPTER_NAME)
+            want = recompute(model, out.completion_ids, temperature)[:len(out.logprobs)]
+            got = torch.tensor(out.logprobs)
+            assert (got - want[:len(got)]).abs().max() <= 1e-4
+        await assert_eventually(lambda: check(not (tmp_path / "w" / "m" / "m" / "v1").exists()),
+                                timeout=30)
+    finally:
+        await view.stop()
