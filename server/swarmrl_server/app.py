@@ -11,6 +11,7 @@ import structlog
 import torch
 
 from swarmrl_server.config import ServerConfig, default_torch_threads
+from swarmrl_server.engine.adapter import LoraSpec
 from swarmrl_server.episodes.resolve import GenerationPolicy
 from swarmrl_server.grpc.server import SwarmGrpcServer, create_server
 from swarmrl_server.hosting import ModelHost, load_hosts
@@ -23,6 +24,19 @@ log = structlog.get_logger("swarmrl.app")
 
 def torch_threads(config: ServerConfig) -> int:
     return config.torch_threads or default_torch_threads()
+
+
+def lora_specs(config: ServerConfig) -> dict[str, LoraSpec]:
+    """The models trained with LoRA (train option lora_rank > 0) and their adapters: the
+    host loader serves these as adapters of a base."""
+    if not config.train:
+        return {}
+    from swarmrl_server.trainer.config import TrainerConfig, options_per_model
+    from swarmrl_server.trainer.lora import spec_for
+
+    per_model = options_per_model(config.train_options, [m.name for m in config.models])
+    specs = {name: spec_for(TrainerConfig.from_options(o)) for name, o in per_model.items()}
+    return {name: spec for name, spec in specs.items() if spec is not None}
 
 
 def ray_hosts(config: ServerConfig) -> dict[str, ModelHost]:
@@ -39,7 +53,7 @@ def ray_hosts(config: ServerConfig) -> dict[str, ModelHost]:
             need += t.workers * t.worker_cpus if t.workers > 1 else 0
     init_ray(config.ray_address, logical_cpus=need)
     return load_hosts(config, RayPlacement(config.replicas, max(1, config.torch_threads or 1)),
-                      share_bases=False)
+                      loras=lora_specs(config), share_bases=False)
 
 
 @dataclass
@@ -77,7 +91,7 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
     if config.replicas < 1 or (config.replicas > 1 and not config.ray):
         raise ValueError(f"--replicas {config.replicas}: more than one replica needs --ray")
     if hosts is None:
-        hosts = ray_hosts(config) if config.ray else load_hosts(config)
+        hosts = ray_hosts(config) if config.ray else load_hosts(config, loras=lora_specs(config))
     policy = GenerationPolicy(
         default_max_tokens=config.default_max_tokens, force_temperature=config.force_temperature,
         max_inflight=config.max_inflight,

@@ -13,7 +13,7 @@ adapter, and the router pushes each new adapter version to all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -63,29 +63,20 @@ def build_local(spec: ModelSpec, options: EngineOptions) -> Engine:
     return build_engine(spec.engine or "hf", options)
 
 
-def lora_specs(config: ServerConfig) -> dict[str, LoraSpec]:
-    """The models trained with LoRA (train option lora_rank > 0) and their adapters."""
-    if not config.train:
-        return {}
-    from swarmrl_server.trainer.config import TrainerConfig, options_per_model
-    from swarmrl_server.trainer.lora import spec_for
-
-    per_model = options_per_model(config.train_options, [m.name for m in config.models])
-    specs = {name: spec_for(TrainerConfig.from_options(o)) for name, o in per_model.items()}
-    return {name: spec for name, spec in specs.items() if spec is not None}
-
-
 def load_hosts(config: ServerConfig, place: Placement = build_local, *,
+               loras: Mapping[str, LoraSpec] | None = None,
                share_bases: bool = True) -> dict[str, ModelHost]:
     """A host per configured model (names must differ), its weights resolved (built or
-    converted into the cache when needed) and its engine placed by `place`. LoRA models
-    on the same weights and engine share one base when `share_bases` (module docstring)."""
+    converted into the cache when needed) and its engine placed by `place`. `loras` names
+    the models trained as adapters (read from the train options by the app, which sits
+    above both this loader and the trainer); those on the same weights and engine share
+    one base when `share_bases` (module docstring)."""
     names = [spec.name for spec in config.models]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice is not None:
         raise ValueError(f"two models are named {twice!r}")
     paths = {spec.name: resolve_model(spec.source, config.cache_dir) for spec in config.models}
-    loras = lora_specs(config)
+    loras = dict(loras or {})
     engines: dict[str, Engine] = {}
     if share_bases:
         engines.update(_shared_bases(config, place, paths, loras))
