@@ -1,6 +1,6 @@
 """`LaunchedServer` supervision, on a stand-in server process (tests/stub_vllm.py): a
 server that dies is restarted, and gets the latest synced weights before calls reach it.
-(The real `vllm serve` is exercised by test_engine_contract.py and test_trainer_vllm.py.)"""
+(The real `vllm serve` is killed and restarted by test_vllm_crash.py.)"""
 
 from __future__ import annotations
 

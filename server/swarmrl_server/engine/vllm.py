@@ -33,6 +33,13 @@ Weight sync (`update_weights`), with exact policy versions:
   4. only then the policy version becomes N and waiting calls start, stamped N.
 So every recorded token carries the version of the weights that produced it.
 
+A launched server that dies (`LaunchedServer` supervises it): each call in flight on it
+fails with UNAVAILABLE (reason INTERNAL, a retry hint; its tokens so far were streamed
+but no final output follows, so the episode records nothing of it); new
+calls wait until the restarted server serves the latest synced weights and adapters
+(re-applied before it is marked ready), then run on them, stamped with that version.
+Tested against a real `vllm serve` SIGKILLed mid-call (tests/test_vllm_crash.py).
+
 LoRA (`lora=LoraSlots(...)`, `engine.adapter`): the server runs with `--enable-lora` and
 `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`; a model's adapter version N is written to a NEW
 directory `<weights dir>/<model>/v<N>/` and loaded under the NEW name `<model>-v<N>`

@@ -1,0 +1,79 @@
+"""A launched `vllm serve` (the real one, from .venv-vllm) killed mid-call: the call in
+flight fails with UNAVAILABLE (retryable; engine/vllm.py's docstring, "A launched server
+that dies"), the server is restarted, gets the latest synced weights back before it
+serves again, and then serves exactly those weights (logprobs equal a transformers
+recompute to 1e-4). Launches its own server (twice: start and restart), ~2-3 min on CPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
+from swarmrl_server.engine.vllm import VLLMEngine
+from swarmrl_server.engine.vllm_server import LaunchedServer
+from swarmrl_server.errors import Code, SwarmError
+from tests.engine_fixtures import MAX_LEN, VLLM_PYTHON
+from tests.helpers import assert_eventually
+
+pytestmark = pytest.mark.slow
+PROMPT = [5, 6, 7, 8, 9, 10]
+
+
+async def test_a_killed_vllm_serve_restarts_with_the_latest_weights(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from swarmrl_server.models import load_model
+
+    engine = VLLMEngine("tiny", tiny_model_dir, python=VLLM_PYTHON, log_dir=tmp_path,
+                        weights_dir=tmp_path / "weights", max_model_len=MAX_LEN, trainable=True)
+    await engine.start()
+    server = engine.servers[0]
+    assert isinstance(server, LaunchedServer)
+    model, _ = load_model(tiny_model_dir)
+    torch.manual_seed(0)
+    model.load_state_dict({k: v + 0.02 * torch.randn_like(v) for k, v in model.state_dict().items()})
+    state = model.state_dict()  # after the load: tied weights hold one value
+    try:
+        await engine.update_weights(state, 3)
+        await served_exactly(engine, model)
+        first = server.proc
+        assert first is not None
+        call = engine.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=100, seed=1,
+                                                      stop_token_ids=()))
+        assert isinstance(await anext(call), GenerationChunk)  # in flight
+        os.killpg(first.pid, signal.SIGKILL)  # the API server and its engine core
+        with pytest.raises(SwarmError) as err:
+            async for _ in call:
+                pass
+        assert err.value.code == Code.UNAVAILABLE and err.value.retry_after_s
+
+        def restarted() -> None:
+            assert server.restarts == 1 and server.proc is not first and server.ready.is_set()
+
+        await assert_eventually(restarted, timeout=600, interval=0.5)
+        assert await server.weight_version() == "3"
+        # A new call waits for the restart, then runs on version 3's weights.
+        await served_exactly(engine, model)
+    finally:
+        await engine.stop()
+    assert server.proc is not None and server.proc.poll() is not None
+
+
+async def served_exactly(engine: VLLMEngine, model: torch.nn.Module) -> None:
+    """A call runs on version 3, with logprobs equal to `model`'s recompute (fp32)."""
+    out = None
+    async for item in engine.generate(PROMPT, SamplingParams(temperature=0.7, max_tokens=12,
+                                                             seed=11)):
+        out = item
+    assert isinstance(out, GenerationOutput) and out.policy_version == 3 and out.completion_ids
+    with torch.no_grad():
+        logits_T_V = model(torch.tensor([PROMPT + out.completion_ids])).logits[
+            0, len(PROMPT) - 1 : -1].float()
+    ref_T = torch.log_softmax(logits_T_V / 0.7, -1).gather(
+        1, torch.tensor(out.completion_ids)[:, None])[:, 0]
+    assert torch.tensor(out.logprobs).sub(ref_T).abs().max().item() <= 1e-4
