@@ -49,7 +49,8 @@ async def test_sync_client_chat_records_the_engines_exact_ids(http_server: Any) 
     assert r.usage.prompt_tokens == len(call.prompt_ids)
     assert r.usage.completion_tokens == len(call.completion_ids) <= 6
     assert r.swarmrl == {"episode_id": ep.episode_id, "call_ids": [call.call_id],
-                         "policy_version": 0, "overridden": {}, "fork_reason": ""}
+                         "policy_version": 0, "overridden": {}, "fork_reason": "",
+                         "version_spans": [[[0, 0, len(call.completion_ids)]]]}
 
 
 async def test_token_ids_are_opt_in(http_server: Any) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format
@@ -210,7 +210,12 @@ def completion_from_proto(result: episode_pb2.GenerateResult) -> Completion:
             prompt_tokens=result.usage.prompt_tokens,
             completion_tokens=result.usage.completion_tokens,
         ),
+        version_spans=spans_from_proto(result.version_spans),
     )
+
+
+def spans_from_proto(spans: Iterable[episode_pb2.VersionSpan]) -> tuple[tuple[int, int, int], ...]:
+    return tuple((s.policy_version, s.start, s.end) for s in spans)
 
 
 def model_from_proto(model: types_pb2.ModelInfo) -> ModelInfo:
@@ -239,6 +244,7 @@ def call_from_proto(call: episode_pb2.CallRecord) -> CallRecord:
         finish_reason=finish_reason(call.finish_reason),
         reward=call.reward if call.HasField("reward") else None,
         parent_call_id=call.parent_call_id or None,
+        version_spans=spans_from_proto(call.version_spans),
     )
 
 

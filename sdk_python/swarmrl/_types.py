@@ -96,11 +96,15 @@ class Completion:
     finish_reason: FinishReason
     """Why generation stopped."""
     policy_version: int
-    """Version of the weights that generated every token of this call."""
+    """Version of the weights that generated the last token of this call (every token,
+    when ``version_spans`` holds one span)."""
     model: str
     """The model that generated the completion."""
     usage: Usage
     """Token counts."""
+    version_spans: tuple[tuple[int, int, int], ...] = ()
+    """``(policy_version, start, end)``: completion tokens ``[start, end)`` came from that
+    version's weights; one span unless the weights changed mid-call."""
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
@@ -142,13 +146,15 @@ class CallRecord:
     logprobs: list[float]
     """Log probability of each generated token."""
     policy_version: int
-    """Policy version that generated the call."""
+    """Policy version that generated the call's last token (see ``version_spans``)."""
     finish_reason: FinishReason
     """Why generation stopped."""
     reward: float | None
     """Reward given to this call, if any."""
     parent_call_id: str | None
     """The earlier call whose prompt and completion this call's prompt extends, if any."""
+    version_spans: tuple[tuple[int, int, int], ...] = ()
+    """``(policy_version, start, end)`` over the completion tokens (as in `Completion`)."""
 
 
 @dataclass(frozen=True)

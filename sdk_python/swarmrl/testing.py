@@ -361,6 +361,8 @@ class FakeSwarmServer(
         result.prompt_ids[:] = prompt_ids
         result.usage.prompt_tokens = len(prompt_ids)
         result.usage.completion_tokens = len(result.completion_ids)
+        result.version_spans.add(policy_version=result.policy_version, start=0,
+                                 end=len(result.completion_ids))
         ep.calls.append(
             epb.CallRecord(
                 call_id=result.call_id,
@@ -371,6 +373,7 @@ class FakeSwarmServer(
                 policy_version=result.policy_version,
                 finish_reason=result.finish_reason,
                 parent_call_id=toy.parent_of(ep.calls, prompt_ids),
+                version_spans=result.version_spans,
             )
         )
         ep.record.num_calls = len(ep.calls)

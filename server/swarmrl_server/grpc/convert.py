@@ -105,12 +105,16 @@ def timestamp_of(t: float) -> timestamp_pb2.Timestamp:
     return ts
 
 
+def version_spans_to_proto(c: CallRecord) -> list[ep_pb.VersionSpan]:
+    return [ep_pb.VersionSpan(policy_version=v, start=a, end=b) for v, a, b in c.spans()]
+
+
 def call_to_proto(c: CallRecord) -> ep_pb.CallRecord:
     msg = ep_pb.CallRecord(
         call_id=c.call_id, model=c.model, prompt_ids=c.prompt_ids,
         completion_ids=c.completion_ids, logprobs=c.logprobs, policy_version=c.policy_version,
         finish_reason=FINISH_ENUMS.get(c.finish_reason, t_pb.FINISH_REASON_UNSPECIFIED),
-        parent_call_id=c.parent_call_id,
+        parent_call_id=c.parent_call_id, version_spans=version_spans_to_proto(c),
     )
     if c.reward is not None:
         msg.reward = c.reward

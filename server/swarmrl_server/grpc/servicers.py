@@ -197,7 +197,8 @@ def _result_to_proto(r: GenerationResult) -> ep_pb.GenerateResult:
         call_id=c.call_id,
         finish_reason=convert.FINISH_ENUMS.get(r.finish_reason, t_pb.FINISH_REASON_UNSPECIFIED),
         prompt_ids=c.prompt_ids, completion_ids=c.completion_ids, logprobs=c.logprobs,
-        policy_version=c.policy_version, text=c.text, message=convert.message_to_proto(r.message),
+        policy_version=c.policy_version, version_spans=convert.version_spans_to_proto(c),
+        text=c.text, message=convert.message_to_proto(r.message),
         usage=t_pb.Usage(prompt_tokens=len(c.prompt_ids), completion_tokens=len(c.completion_ids)),
         top_logprobs=[
             ep_pb.TopLogprobs(entries=[ep_pb.TopLogprob(token_id=t, logprob=lp) for t, lp in alts])

@@ -33,11 +33,13 @@ Extension fields (ignored by plain clients, opt-in where they cost bytes):
 - Responses API: request `seed` (chat completions' `seed`; the Responses API has none);
   `return_token_ids` and `swarmrl` are on the response object (streams: on
   `response.completed` / `response.incomplete`).
-- response `swarmrl`: `{episode_id, call_ids, policy_version, overridden, fork_reason}`
-  always (streams: on the last finishing chunk / `message_delta`). `overridden` lists
+- response `swarmrl`: `{episode_id, call_ids, policy_version, version_spans, overridden,
+  fork_reason}` always (streams: on the last finishing chunk / `message_delta`). `overridden` lists
   sampling fields the server's policy replaced (e.g. `--force-temperature`), with the
   value used: overrides are reported, never silent. `fork_reason` says why the prompt
   could not extend an earlier call's exact tokens (edited history, changed tools).
+  `version_spans`: per choice, `[[version, start, end], ...]` over its completion tokens
+  (one span unless weights changed mid-call); `policy_version` is the last token's.
 - `/v1/models` entries carry `policy_version`, `max_model_len`, `trainable`.
 
 Tool calls: `tools` go into the chat template (Hermes/Qwen2.5 style); replies are

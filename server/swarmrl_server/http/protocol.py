@@ -86,6 +86,10 @@ class SwarmrlInfo(BaseModel):
     call_ids: list[str]
     """One recorded call per choice, in choice order."""
     policy_version: int
+    """The version that generated the first choice's last token."""
+    version_spans: list[list[tuple[int, int, int]]] = []
+    """Per choice, in choice order: (policy version, start, end) over its completion
+    tokens, which version generated tokens [start, end)."""
     overridden: dict[str, Any]
     """Sampling fields the server's policy replaced: {field: value used}."""
     fork_reason: str = ""

@@ -66,6 +66,14 @@ class CallRecord:
     those of the grammar-masked, renormalised distribution that produced the tokens,
     which the trainer's unmasked forward pass cannot reproduce, so the completion is
     trained as context (loss mask 0), never as the policy's own choice."""
+    version_spans: list[tuple[int, int, int]] = field(default_factory=list)
+    """(policy version, start, end): completion tokens [start, end) came from that
+    version's weights. Empty: one span, `policy_version` over every token (see `spans`)."""
+
+    def spans(self) -> list[tuple[int, int, int]]:
+        """Which version generated which completion tokens; `policy_version` is always the
+        last span's (the version of the last token)."""
+        return self.version_spans or [(self.policy_version, 0, len(self.completion_ids))]
 
 
 @dataclass

@@ -34,11 +34,18 @@ def _blob_to_floats(blob: bytes) -> list[float]:
     return out.tolist()
 
 
-INSERT_CALL = "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+CALL_COLUMNS = (
+    "call_id, episode_id, seq, model, prompt_ids, completion_ids, logprobs, policy_version, "
+    "finish_reason, temperature, text, request_id, parent_call_id, reward, created_at, "
+    "chat_json, constrained, top_logprobs, version_spans"
+)
+"""The `calls` columns in the order `call_row` writes and `call_from_row` reads them, named
+because a migrated table's physical order is the order its columns were added in."""
+INSERT_CALL = f"INSERT INTO calls ({CALL_COLUMNS}) VALUES ({', '.join('?' * 19)})"
 
 
 def call_row(call: CallRecord) -> tuple[Any, ...]:
-    """A call as a row of the `calls` table (columns in schema order)."""
+    """A call as a row of the `calls` table (columns in `CALL_COLUMNS` order)."""
     return (
         call.call_id, call.episode_id, call.seq, call.model,
         _ids_to_blob(call.prompt_ids), _ids_to_blob(call.completion_ids),
@@ -46,13 +53,14 @@ def call_row(call: CallRecord) -> tuple[Any, ...]:
         call.temperature, call.text, call.request_id, call.parent_call_id,
         call.reward, call.created_at, call.chat_json, int(call.constrained),
         json.dumps(call.top_logprobs) if call.top_logprobs else "",
+        json.dumps(call.spans()),
     )
 
 
 
 
 def call_from_row(r: tuple[Any, ...]) -> CallRecord:
-    """A row of the `calls` table (SELECT *) as a record."""
+    """A row of the `calls` table (SELECT `CALL_COLUMNS`) as a record."""
     return CallRecord(
         call_id=r[0], episode_id=r[1], seq=r[2], model=r[3],
         prompt_ids=_blob_to_ids(r[4]), completion_ids=_blob_to_ids(r[5]),
@@ -61,6 +69,7 @@ def call_from_row(r: tuple[Any, ...]) -> CallRecord:
         reward=r[13], created_at=r[14], chat_json=r[15], constrained=bool(r[16]),
         top_logprobs=[[(int(t), float(lp)) for t, lp in alts]
                       for alts in json.loads(r[17])] if r[17] else [],
+        version_spans=[(int(v), int(a), int(b)) for v, a, b in json.loads(r[18])] if r[18] else [],
     )
 
 

@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState, SessionRecord
-from swarmrl_server.store.rows import INSERT_CALL, call_from_row, call_row, episode_from_row
+from swarmrl_server.store.rows import (
+    CALL_COLUMNS,
+    INSERT_CALL,
+    call_from_row,
+    call_row,
+    episode_from_row,
+)
 from swarmrl_server.store.schema import prepare
 
 T = TypeVar("T")
@@ -440,7 +446,7 @@ class SqliteStore:
 
     def _calls(self, episode_id: str) -> list[CallRecord]:
         rows = self.conn.execute(
-            "SELECT * FROM calls WHERE episode_id=? ORDER BY seq", (episode_id,)
+            f"SELECT {CALL_COLUMNS} FROM calls WHERE episode_id=? ORDER BY seq", (episode_id,)
         ).fetchall()
         return [call_from_row(r) for r in rows]
 

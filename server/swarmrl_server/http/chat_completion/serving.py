@@ -68,6 +68,7 @@ def swarmrl_info(episode_id: str, results: list[GenerationResult]) -> SwarmrlInf
     return SwarmrlInfo(
         episode_id=episode_id, call_ids=[r.call.call_id for r in results],
         policy_version=results[0].call.policy_version, overridden=results[0].overridden,
+        version_spans=[r.call.spans() for r in results],
         fork_reason=fork_reason(results[0]),
     )
 

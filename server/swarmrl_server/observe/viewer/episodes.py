@@ -101,6 +101,8 @@ class CallView:
     mean_logprob: float
     constrained: bool = False
     """Decoded under a grammar: its completion trains as context (see merge.py)."""
+    version_spans: list[tuple[int, int, int]] = field(default_factory=list)
+    """(policy version, start, end) over the completion tokens (`CallRecord.spans`)."""
 
 
 @dataclass
@@ -183,7 +185,7 @@ def episode_view(record: EpisodeRecord, decoders: Callable[[str], Decode]) -> Ep
             completion_tokens=len(c.completion_ids), reward=c.reward,
             fork_reason=_fork_reason(c), timeline=timeline_of.get(c.call_id, -1),
             mean_logprob=(sum(c.logprobs) / len(c.logprobs)) if c.logprobs else math.nan,
-            constrained=c.constrained,
+            constrained=c.constrained, version_spans=c.spans(),
         )
         for c in sorted(record.calls, key=lambda c: c.seq)
     ]
@@ -279,6 +281,7 @@ def export_jsonl(record: EpisodeRecord) -> Iterator[str]:
             "type": "call", "call_id": c.call_id, "seq": c.seq, "model": c.model,
             "prompt_ids": c.prompt_ids, "completion_ids": c.completion_ids,
             "logprobs": c.logprobs, "policy_version": c.policy_version,
+            "version_spans": c.spans(),
             "finish_reason": c.finish_reason, "temperature": c.temperature, "text": c.text,
             "parent_call_id": c.parent_call_id, "reward": c.reward, "created_at": c.created_at,
             "chat": json.loads(c.chat_json) if c.chat_json else None,

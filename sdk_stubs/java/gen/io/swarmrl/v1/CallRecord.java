@@ -27,6 +27,7 @@ private static final long serialVersionUID = 0L;
     logprobs_ = emptyFloatList();
     finishReason_ = 0;
     parentCallId_ = "";
+    versionSpans_ = java.util.Collections.emptyList();
   }
 
   @java.lang.Override
@@ -276,7 +277,7 @@ private static final long serialVersionUID = 0L;
   private long policyVersion_ = 0L;
   /**
    * <pre>
-   * Policy version that generated the call.
+   * Policy version that generated the call's last token (see version_spans).
    * </pre>
    *
    * <code>int64 policy_version = 6 [json_name = "policyVersion"];</code>
@@ -387,6 +388,67 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int VERSION_SPANS_FIELD_NUMBER = 10;
+  @SuppressWarnings("serial")
+  private java.util.List<io.swarmrl.v1.VersionSpan> versionSpans_;
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens (as in GenerateResult).
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<io.swarmrl.v1.VersionSpan> getVersionSpansList() {
+    return versionSpans_;
+  }
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens (as in GenerateResult).
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<? extends io.swarmrl.v1.VersionSpanOrBuilder> 
+      getVersionSpansOrBuilderList() {
+    return versionSpans_;
+  }
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens (as in GenerateResult).
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+   */
+  @java.lang.Override
+  public int getVersionSpansCount() {
+    return versionSpans_.size();
+  }
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens (as in GenerateResult).
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+   */
+  @java.lang.Override
+  public io.swarmrl.v1.VersionSpan getVersionSpans(int index) {
+    return versionSpans_.get(index);
+  }
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens (as in GenerateResult).
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+   */
+  @java.lang.Override
+  public io.swarmrl.v1.VersionSpanOrBuilder getVersionSpansOrBuilder(
+      int index) {
+    return versionSpans_.get(index);
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -440,6 +502,9 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(parentCallId_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 9, parentCallId_);
+    }
+    for (int i = 0; i < versionSpans_.size(); i++) {
+      output.writeMessage(10, versionSpans_.get(i));
     }
     getUnknownFields().writeTo(output);
   }
@@ -510,6 +575,10 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(parentCallId_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(9, parentCallId_);
     }
+    for (int i = 0; i < versionSpans_.size(); i++) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(10, versionSpans_.get(i));
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -546,6 +615,8 @@ private static final long serialVersionUID = 0L;
     }
     if (!getParentCallId()
         .equals(other.getParentCallId())) return false;
+    if (!getVersionSpansList()
+        .equals(other.getVersionSpansList())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -585,6 +656,10 @@ private static final long serialVersionUID = 0L;
     }
     hash = (37 * hash) + PARENT_CALL_ID_FIELD_NUMBER;
     hash = (53 * hash) + getParentCallId().hashCode();
+    if (getVersionSpansCount() > 0) {
+      hash = (37 * hash) + VERSION_SPANS_FIELD_NUMBER;
+      hash = (53 * hash) + getVersionSpansList().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -727,6 +802,13 @@ private static final long serialVersionUID = 0L;
       finishReason_ = 0;
       reward_ = 0D;
       parentCallId_ = "";
+      if (versionSpansBuilder_ == null) {
+        versionSpans_ = java.util.Collections.emptyList();
+      } else {
+        versionSpans_ = null;
+        versionSpansBuilder_.clear();
+      }
+      bitField0_ = (bitField0_ & ~0x00000200);
       return this;
     }
 
@@ -775,6 +857,15 @@ private static final long serialVersionUID = 0L;
         bitField0_ = (bitField0_ & ~0x00000010);
       }
       result.logprobs_ = logprobs_;
+      if (versionSpansBuilder_ == null) {
+        if (((bitField0_ & 0x00000200) != 0)) {
+          versionSpans_ = java.util.Collections.unmodifiableList(versionSpans_);
+          bitField0_ = (bitField0_ & ~0x00000200);
+        }
+        result.versionSpans_ = versionSpans_;
+      } else {
+        result.versionSpans_ = versionSpansBuilder_.build();
+      }
     }
 
     private void buildPartial0(io.swarmrl.v1.CallRecord result) {
@@ -900,6 +991,32 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000100;
         onChanged();
       }
+      if (versionSpansBuilder_ == null) {
+        if (!other.versionSpans_.isEmpty()) {
+          if (versionSpans_.isEmpty()) {
+            versionSpans_ = other.versionSpans_;
+            bitField0_ = (bitField0_ & ~0x00000200);
+          } else {
+            ensureVersionSpansIsMutable();
+            versionSpans_.addAll(other.versionSpans_);
+          }
+          onChanged();
+        }
+      } else {
+        if (!other.versionSpans_.isEmpty()) {
+          if (versionSpansBuilder_.isEmpty()) {
+            versionSpansBuilder_.dispose();
+            versionSpansBuilder_ = null;
+            versionSpans_ = other.versionSpans_;
+            bitField0_ = (bitField0_ & ~0x00000200);
+            versionSpansBuilder_ = 
+              com.google.protobuf.GeneratedMessageV3.alwaysUseFieldBuilders ?
+                 getVersionSpansFieldBuilder() : null;
+          } else {
+            versionSpansBuilder_.addAllMessages(other.versionSpans_);
+          }
+        }
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -1004,6 +1121,19 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000100;
               break;
             } // case 74
+            case 82: {
+              io.swarmrl.v1.VersionSpan m =
+                  input.readMessage(
+                      io.swarmrl.v1.VersionSpan.parser(),
+                      extensionRegistry);
+              if (versionSpansBuilder_ == null) {
+                ensureVersionSpansIsMutable();
+                versionSpans_.add(m);
+              } else {
+                versionSpansBuilder_.addMessage(m);
+              }
+              break;
+            } // case 82
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1535,7 +1665,7 @@ private static final long serialVersionUID = 0L;
     private long policyVersion_ ;
     /**
      * <pre>
-     * Policy version that generated the call.
+     * Policy version that generated the call's last token (see version_spans).
      * </pre>
      *
      * <code>int64 policy_version = 6 [json_name = "policyVersion"];</code>
@@ -1547,7 +1677,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Policy version that generated the call.
+     * Policy version that generated the call's last token (see version_spans).
      * </pre>
      *
      * <code>int64 policy_version = 6 [json_name = "policyVersion"];</code>
@@ -1563,7 +1693,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Policy version that generated the call.
+     * Policy version that generated the call's last token (see version_spans).
      * </pre>
      *
      * <code>int64 policy_version = 6 [json_name = "policyVersion"];</code>
@@ -1795,6 +1925,318 @@ private static final long serialVersionUID = 0L;
       bitField0_ |= 0x00000100;
       onChanged();
       return this;
+    }
+
+    private java.util.List<io.swarmrl.v1.VersionSpan> versionSpans_ =
+      java.util.Collections.emptyList();
+    private void ensureVersionSpansIsMutable() {
+      if (!((bitField0_ & 0x00000200) != 0)) {
+        versionSpans_ = new java.util.ArrayList<io.swarmrl.v1.VersionSpan>(versionSpans_);
+        bitField0_ |= 0x00000200;
+       }
+    }
+
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        io.swarmrl.v1.VersionSpan, io.swarmrl.v1.VersionSpan.Builder, io.swarmrl.v1.VersionSpanOrBuilder> versionSpansBuilder_;
+
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public java.util.List<io.swarmrl.v1.VersionSpan> getVersionSpansList() {
+      if (versionSpansBuilder_ == null) {
+        return java.util.Collections.unmodifiableList(versionSpans_);
+      } else {
+        return versionSpansBuilder_.getMessageList();
+      }
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public int getVersionSpansCount() {
+      if (versionSpansBuilder_ == null) {
+        return versionSpans_.size();
+      } else {
+        return versionSpansBuilder_.getCount();
+      }
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public io.swarmrl.v1.VersionSpan getVersionSpans(int index) {
+      if (versionSpansBuilder_ == null) {
+        return versionSpans_.get(index);
+      } else {
+        return versionSpansBuilder_.getMessage(index);
+      }
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public Builder setVersionSpans(
+        int index, io.swarmrl.v1.VersionSpan value) {
+      if (versionSpansBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureVersionSpansIsMutable();
+        versionSpans_.set(index, value);
+        onChanged();
+      } else {
+        versionSpansBuilder_.setMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public Builder setVersionSpans(
+        int index, io.swarmrl.v1.VersionSpan.Builder builderForValue) {
+      if (versionSpansBuilder_ == null) {
+        ensureVersionSpansIsMutable();
+        versionSpans_.set(index, builderForValue.build());
+        onChanged();
+      } else {
+        versionSpansBuilder_.setMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public Builder addVersionSpans(io.swarmrl.v1.VersionSpan value) {
+      if (versionSpansBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureVersionSpansIsMutable();
+        versionSpans_.add(value);
+        onChanged();
+      } else {
+        versionSpansBuilder_.addMessage(value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public Builder addVersionSpans(
+        int index, io.swarmrl.v1.VersionSpan value) {
+      if (versionSpansBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureVersionSpansIsMutable();
+        versionSpans_.add(index, value);
+        onChanged();
+      } else {
+        versionSpansBuilder_.addMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public Builder addVersionSpans(
+        io.swarmrl.v1.VersionSpan.Builder builderForValue) {
+      if (versionSpansBuilder_ == null) {
+        ensureVersionSpansIsMutable();
+        versionSpans_.add(builderForValue.build());
+        onChanged();
+      } else {
+        versionSpansBuilder_.addMessage(builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public Builder addVersionSpans(
+        int index, io.swarmrl.v1.VersionSpan.Builder builderForValue) {
+      if (versionSpansBuilder_ == null) {
+        ensureVersionSpansIsMutable();
+        versionSpans_.add(index, builderForValue.build());
+        onChanged();
+      } else {
+        versionSpansBuilder_.addMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public Builder addAllVersionSpans(
+        java.lang.Iterable<? extends io.swarmrl.v1.VersionSpan> values) {
+      if (versionSpansBuilder_ == null) {
+        ensureVersionSpansIsMutable();
+        com.google.protobuf.AbstractMessageLite.Builder.addAll(
+            values, versionSpans_);
+        onChanged();
+      } else {
+        versionSpansBuilder_.addAllMessages(values);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public Builder clearVersionSpans() {
+      if (versionSpansBuilder_ == null) {
+        versionSpans_ = java.util.Collections.emptyList();
+        bitField0_ = (bitField0_ & ~0x00000200);
+        onChanged();
+      } else {
+        versionSpansBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public Builder removeVersionSpans(int index) {
+      if (versionSpansBuilder_ == null) {
+        ensureVersionSpansIsMutable();
+        versionSpans_.remove(index);
+        onChanged();
+      } else {
+        versionSpansBuilder_.remove(index);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public io.swarmrl.v1.VersionSpan.Builder getVersionSpansBuilder(
+        int index) {
+      return getVersionSpansFieldBuilder().getBuilder(index);
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public io.swarmrl.v1.VersionSpanOrBuilder getVersionSpansOrBuilder(
+        int index) {
+      if (versionSpansBuilder_ == null) {
+        return versionSpans_.get(index);  } else {
+        return versionSpansBuilder_.getMessageOrBuilder(index);
+      }
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public java.util.List<? extends io.swarmrl.v1.VersionSpanOrBuilder> 
+         getVersionSpansOrBuilderList() {
+      if (versionSpansBuilder_ != null) {
+        return versionSpansBuilder_.getMessageOrBuilderList();
+      } else {
+        return java.util.Collections.unmodifiableList(versionSpans_);
+      }
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public io.swarmrl.v1.VersionSpan.Builder addVersionSpansBuilder() {
+      return getVersionSpansFieldBuilder().addBuilder(
+          io.swarmrl.v1.VersionSpan.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public io.swarmrl.v1.VersionSpan.Builder addVersionSpansBuilder(
+        int index) {
+      return getVersionSpansFieldBuilder().addBuilder(
+          index, io.swarmrl.v1.VersionSpan.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * Which policy version generated which completion tokens (as in GenerateResult).
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+     */
+    public java.util.List<io.swarmrl.v1.VersionSpan.Builder> 
+         getVersionSpansBuilderList() {
+      return getVersionSpansFieldBuilder().getBuilderList();
+    }
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        io.swarmrl.v1.VersionSpan, io.swarmrl.v1.VersionSpan.Builder, io.swarmrl.v1.VersionSpanOrBuilder> 
+        getVersionSpansFieldBuilder() {
+      if (versionSpansBuilder_ == null) {
+        versionSpansBuilder_ = new com.google.protobuf.RepeatedFieldBuilderV3<
+            io.swarmrl.v1.VersionSpan, io.swarmrl.v1.VersionSpan.Builder, io.swarmrl.v1.VersionSpanOrBuilder>(
+                versionSpans_,
+                ((bitField0_ & 0x00000200) != 0),
+                getParentForChildren(),
+                isClean());
+        versionSpans_ = null;
+      }
+      return versionSpansBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

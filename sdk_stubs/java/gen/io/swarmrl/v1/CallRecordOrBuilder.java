@@ -136,7 +136,7 @@ public interface CallRecordOrBuilder extends
 
   /**
    * <pre>
-   * Policy version that generated the call.
+   * Policy version that generated the call's last token (see version_spans).
    * </pre>
    *
    * <code>int64 policy_version = 6 [json_name = "policyVersion"];</code>
@@ -201,4 +201,48 @@ public interface CallRecordOrBuilder extends
    */
   com.google.protobuf.ByteString
       getParentCallIdBytes();
+
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens (as in GenerateResult).
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+   */
+  java.util.List<io.swarmrl.v1.VersionSpan> 
+      getVersionSpansList();
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens (as in GenerateResult).
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+   */
+  io.swarmrl.v1.VersionSpan getVersionSpans(int index);
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens (as in GenerateResult).
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+   */
+  int getVersionSpansCount();
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens (as in GenerateResult).
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+   */
+  java.util.List<? extends io.swarmrl.v1.VersionSpanOrBuilder> 
+      getVersionSpansOrBuilderList();
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens (as in GenerateResult).
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 10 [json_name = "versionSpans"];</code>
+   */
+  io.swarmrl.v1.VersionSpanOrBuilder getVersionSpansOrBuilder(
+      int index);
 }

@@ -70,6 +70,11 @@ public final class EpisodeServiceProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_swarmrl_v1_GenerateResult_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_VersionSpan_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_VersionSpan_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_swarmrl_v1_SubmitRewardRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -183,7 +188,7 @@ public final class EpisodeServiceProto {
       "R\004text\"A\n\nTopLogprob\022\031\n\010token_id\030\001 \001(\rR\007" +
       "tokenId\022\030\n\007logprob\030\002 \001(\002R\007logprob\"?\n\013Top" +
       "Logprobs\0220\n\007entries\030\001 \003(\0132\026.swarmrl.v1.T" +
-      "opLogprobR\007entries\"\263\003\n\016GenerateResult\022\027\n" +
+      "opLogprobR\007entries\"\361\003\n\016GenerateResult\022\027\n" +
       "\007call_id\030\001 \001(\tR\006callId\022=\n\rfinish_reason\030" +
       "\002 \001(\0162\030.swarmrl.v1.FinishReasonR\014finishR" +
       "eason\022\035\n\nprompt_ids\030\003 \003(\rR\tpromptIds\022%\n\016" +
@@ -194,75 +199,80 @@ public final class EpisodeServiceProto {
       "sageR\007message\022\'\n\005usage\030\t \001(\0132\021.swarmrl.v" +
       "1.UsageR\005usage\022:\n\014top_logprobs\030\n \003(\0132\027.s" +
       "warmrl.v1.TopLogprobsR\013topLogprobs\022\024\n\005mo" +
-      "del\030\013 \001(\tR\005model\"\230\001\n\023SubmitRewardRequest" +
-      "\022\035\n\nepisode_id\030\001 \001(\tR\tepisodeId\022\024\n\005value" +
-      "\030\002 \001(\001R\005value\022\027\n\007call_id\030\003 \001(\tR\006callId\022\035" +
-      "\n\nrequest_id\030\004 \001(\tR\trequestId\022\024\n\005model\030\005" +
-      " \001(\tR\005model\"\357\001\n\024SubmitRewardResponse\022*\n\016" +
-      "episode_reward\030\001 \001(\001H\000R\repisodeReward\210\001\001" +
-      "\022W\n\rmodel_rewards\030\002 \003(\01322.swarmrl.v1.Sub" +
-      "mitRewardResponse.ModelRewardsEntryR\014mod" +
-      "elRewards\032?\n\021ModelRewardsEntry\022\020\n\003key\030\001 " +
-      "\001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005value:\0028\001B\021\n\017_e" +
-      "pisode_reward\"\220\002\n\021EndEpisodeRequest\022\035\n\ne" +
-      "pisode_id\030\001 \001(\tR\tepisodeId\022\033\n\006reward\030\002 \001" +
-      "(\001H\000R\006reward\210\001\001\022\035\n\nrequest_id\030\003 \001(\tR\treq" +
-      "uestId\022T\n\rmodel_rewards\030\004 \003(\0132/.swarmrl." +
-      "v1.EndEpisodeRequest.ModelRewardsEntryR\014" +
-      "modelRewards\032?\n\021ModelRewardsEntry\022\020\n\003key" +
-      "\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005value:\0028\001B\t\n" +
-      "\007_reward\"C\n\022EndEpisodeResponse\022-\n\007episod" +
-      "e\030\001 \001(\0132\023.swarmrl.v1.EpisodeR\007episode\"k\n" +
-      "\023AbortEpisodeRequest\022\035\n\nepisode_id\030\001 \001(\t" +
-      "R\tepisodeId\022\026\n\006reason\030\002 \001(\tR\006reason\022\035\n\nr" +
-      "equest_id\030\003 \001(\tR\trequestId\"E\n\024AbortEpiso" +
-      "deResponse\022-\n\007episode\030\001 \001(\0132\023.swarmrl.v1" +
-      ".EpisodeR\007episode\"W\n\021GetEpisodeRequest\022\035" +
-      "\n\nepisode_id\030\001 \001(\tR\tepisodeId\022#\n\rinclude" +
-      "_calls\030\002 \001(\010R\014includeCalls\"C\n\022GetEpisode" +
-      "Response\022-\n\007episode\030\001 \001(\0132\023.swarmrl.v1.E" +
-      "pisodeR\007episode\"\322\005\n\007Episode\022\035\n\nepisode_i" +
-      "d\030\001 \001(\tR\tepisodeId\022.\n\005state\030\002 \001(\0162\030.swar" +
-      "mrl.v1.EpisodeStateR\005state\022\027\n\007task_id\030\003 " +
-      "\001(\tR\006taskId\022\031\n\010group_id\030\004 \001(\tR\007groupId\022#" +
-      "\n\ragent_version\030\005 \001(\tR\014agentVersion\022\026\n\006m" +
-      "odels\030\006 \003(\tR\006models\022\033\n\006reward\030\007 \001(\001H\000R\006r" +
-      "eward\210\001\001\022\033\n\tnum_calls\030\010 \001(\005R\010numCalls\022,\n" +
-      "\005calls\030\t \003(\0132\026.swarmrl.v1.CallRecordR\005ca" +
-      "lls\0229\n\nstart_time\030\n \001(\0132\032.google.protobu" +
-      "f.TimestampR\tstartTime\0225\n\010end_time\030\013 \001(\013" +
-      "2\032.google.protobuf.TimestampR\007endTime\022!\n" +
-      "\014abort_reason\030\014 \001(\tR\013abortReason\0227\n\006labe" +
-      "ls\030\r \003(\0132\037.swarmrl.v1.Episode.LabelsEntr" +
-      "yR\006labels\022J\n\rmodel_rewards\030\016 \003(\0132%.swarm" +
-      "rl.v1.Episode.ModelRewardsEntryR\014modelRe" +
-      "wards\0329\n\013LabelsEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024" +
-      "\n\005value\030\002 \001(\tR\005value:\0028\001\032?\n\021ModelRewards" +
-      "Entry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005" +
-      "value:\0028\001B\t\n\007_reward\"\321\002\n\nCallRecord\022\027\n\007c" +
-      "all_id\030\001 \001(\tR\006callId\022\024\n\005model\030\002 \001(\tR\005mod" +
-      "el\022\035\n\nprompt_ids\030\003 \003(\rR\tpromptIds\022%\n\016com" +
-      "pletion_ids\030\004 \003(\rR\rcompletionIds\022\032\n\010logp" +
-      "robs\030\005 \003(\002R\010logprobs\022%\n\016policy_version\030\006" +
-      " \001(\003R\rpolicyVersion\022=\n\rfinish_reason\030\007 \001" +
-      "(\0162\030.swarmrl.v1.FinishReasonR\014finishReas" +
-      "on\022\033\n\006reward\030\010 \001(\001H\000R\006reward\210\001\001\022$\n\016paren" +
-      "t_call_id\030\t \001(\tR\014parentCallIdB\t\n\007_reward" +
-      "2\205\004\n\016EpisodeService\022V\n\014StartEpisode\022\037.sw" +
-      "armrl.v1.StartEpisodeRequest\032 .swarmrl.v" +
-      "1.StartEpisodeResponse\"\003\220\002\002\022G\n\010Generate\022" +
-      "\033.swarmrl.v1.GenerateRequest\032\034.swarmrl.v" +
-      "1.GenerateResponse0\001\022V\n\014SubmitReward\022\037.s" +
-      "warmrl.v1.SubmitRewardRequest\032 .swarmrl." +
-      "v1.SubmitRewardResponse\"\003\220\002\002\022P\n\nEndEpiso" +
-      "de\022\035.swarmrl.v1.EndEpisodeRequest\032\036.swar" +
-      "mrl.v1.EndEpisodeResponse\"\003\220\002\002\022V\n\014AbortE" +
-      "pisode\022\037.swarmrl.v1.AbortEpisodeRequest\032" +
-      " .swarmrl.v1.AbortEpisodeResponse\"\003\220\002\002\022P" +
-      "\n\nGetEpisode\022\035.swarmrl.v1.GetEpisodeRequ" +
-      "est\032\036.swarmrl.v1.GetEpisodeResponse\"\003\220\002\001" +
-      "B&\n\rio.swarmrl.v1B\023EpisodeServiceProtoP\001" +
-      "b\006proto3"
+      "del\030\013 \001(\tR\005model\022<\n\rversion_spans\030\014 \003(\0132" +
+      "\027.swarmrl.v1.VersionSpanR\014versionSpans\"\\" +
+      "\n\013VersionSpan\022%\n\016policy_version\030\001 \001(\003R\rp" +
+      "olicyVersion\022\024\n\005start\030\002 \001(\rR\005start\022\020\n\003en" +
+      "d\030\003 \001(\rR\003end\"\230\001\n\023SubmitRewardRequest\022\035\n\n" +
+      "episode_id\030\001 \001(\tR\tepisodeId\022\024\n\005value\030\002 \001" +
+      "(\001R\005value\022\027\n\007call_id\030\003 \001(\tR\006callId\022\035\n\nre" +
+      "quest_id\030\004 \001(\tR\trequestId\022\024\n\005model\030\005 \001(\t" +
+      "R\005model\"\357\001\n\024SubmitRewardResponse\022*\n\016epis" +
+      "ode_reward\030\001 \001(\001H\000R\repisodeReward\210\001\001\022W\n\r" +
+      "model_rewards\030\002 \003(\01322.swarmrl.v1.SubmitR" +
+      "ewardResponse.ModelRewardsEntryR\014modelRe" +
+      "wards\032?\n\021ModelRewardsEntry\022\020\n\003key\030\001 \001(\tR" +
+      "\003key\022\024\n\005value\030\002 \001(\001R\005value:\0028\001B\021\n\017_episo" +
+      "de_reward\"\220\002\n\021EndEpisodeRequest\022\035\n\nepiso" +
+      "de_id\030\001 \001(\tR\tepisodeId\022\033\n\006reward\030\002 \001(\001H\000" +
+      "R\006reward\210\001\001\022\035\n\nrequest_id\030\003 \001(\tR\trequest" +
+      "Id\022T\n\rmodel_rewards\030\004 \003(\0132/.swarmrl.v1.E" +
+      "ndEpisodeRequest.ModelRewardsEntryR\014mode" +
+      "lRewards\032?\n\021ModelRewardsEntry\022\020\n\003key\030\001 \001" +
+      "(\tR\003key\022\024\n\005value\030\002 \001(\001R\005value:\0028\001B\t\n\007_re" +
+      "ward\"C\n\022EndEpisodeResponse\022-\n\007episode\030\001 " +
+      "\001(\0132\023.swarmrl.v1.EpisodeR\007episode\"k\n\023Abo" +
+      "rtEpisodeRequest\022\035\n\nepisode_id\030\001 \001(\tR\tep" +
+      "isodeId\022\026\n\006reason\030\002 \001(\tR\006reason\022\035\n\nreque" +
+      "st_id\030\003 \001(\tR\trequestId\"E\n\024AbortEpisodeRe" +
+      "sponse\022-\n\007episode\030\001 \001(\0132\023.swarmrl.v1.Epi" +
+      "sodeR\007episode\"W\n\021GetEpisodeRequest\022\035\n\nep" +
+      "isode_id\030\001 \001(\tR\tepisodeId\022#\n\rinclude_cal" +
+      "ls\030\002 \001(\010R\014includeCalls\"C\n\022GetEpisodeResp" +
+      "onse\022-\n\007episode\030\001 \001(\0132\023.swarmrl.v1.Episo" +
+      "deR\007episode\"\322\005\n\007Episode\022\035\n\nepisode_id\030\001 " +
+      "\001(\tR\tepisodeId\022.\n\005state\030\002 \001(\0162\030.swarmrl." +
+      "v1.EpisodeStateR\005state\022\027\n\007task_id\030\003 \001(\tR" +
+      "\006taskId\022\031\n\010group_id\030\004 \001(\tR\007groupId\022#\n\rag" +
+      "ent_version\030\005 \001(\tR\014agentVersion\022\026\n\006model" +
+      "s\030\006 \003(\tR\006models\022\033\n\006reward\030\007 \001(\001H\000R\006rewar" +
+      "d\210\001\001\022\033\n\tnum_calls\030\010 \001(\005R\010numCalls\022,\n\005cal" +
+      "ls\030\t \003(\0132\026.swarmrl.v1.CallRecordR\005calls\022" +
+      "9\n\nstart_time\030\n \001(\0132\032.google.protobuf.Ti" +
+      "mestampR\tstartTime\0225\n\010end_time\030\013 \001(\0132\032.g" +
+      "oogle.protobuf.TimestampR\007endTime\022!\n\014abo" +
+      "rt_reason\030\014 \001(\tR\013abortReason\0227\n\006labels\030\r" +
+      " \003(\0132\037.swarmrl.v1.Episode.LabelsEntryR\006l" +
+      "abels\022J\n\rmodel_rewards\030\016 \003(\0132%.swarmrl.v" +
+      "1.Episode.ModelRewardsEntryR\014modelReward" +
+      "s\0329\n\013LabelsEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005va" +
+      "lue\030\002 \001(\tR\005value:\0028\001\032?\n\021ModelRewardsEntr" +
+      "y\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005valu" +
+      "e:\0028\001B\t\n\007_reward\"\217\003\n\nCallRecord\022\027\n\007call_" +
+      "id\030\001 \001(\tR\006callId\022\024\n\005model\030\002 \001(\tR\005model\022\035" +
+      "\n\nprompt_ids\030\003 \003(\rR\tpromptIds\022%\n\016complet" +
+      "ion_ids\030\004 \003(\rR\rcompletionIds\022\032\n\010logprobs" +
+      "\030\005 \003(\002R\010logprobs\022%\n\016policy_version\030\006 \001(\003" +
+      "R\rpolicyVersion\022=\n\rfinish_reason\030\007 \001(\0162\030" +
+      ".swarmrl.v1.FinishReasonR\014finishReason\022\033" +
+      "\n\006reward\030\010 \001(\001H\000R\006reward\210\001\001\022$\n\016parent_ca" +
+      "ll_id\030\t \001(\tR\014parentCallId\022<\n\rversion_spa" +
+      "ns\030\n \003(\0132\027.swarmrl.v1.VersionSpanR\014versi" +
+      "onSpansB\t\n\007_reward2\205\004\n\016EpisodeService\022V\n" +
+      "\014StartEpisode\022\037.swarmrl.v1.StartEpisodeR" +
+      "equest\032 .swarmrl.v1.StartEpisodeResponse" +
+      "\"\003\220\002\002\022G\n\010Generate\022\033.swarmrl.v1.GenerateR" +
+      "equest\032\034.swarmrl.v1.GenerateResponse0\001\022V" +
+      "\n\014SubmitReward\022\037.swarmrl.v1.SubmitReward" +
+      "Request\032 .swarmrl.v1.SubmitRewardRespons" +
+      "e\"\003\220\002\002\022P\n\nEndEpisode\022\035.swarmrl.v1.EndEpi" +
+      "sodeRequest\032\036.swarmrl.v1.EndEpisodeRespo" +
+      "nse\"\003\220\002\002\022V\n\014AbortEpisode\022\037.swarmrl.v1.Ab" +
+      "ortEpisodeRequest\032 .swarmrl.v1.AbortEpis" +
+      "odeResponse\"\003\220\002\002\022P\n\nGetEpisode\022\035.swarmrl" +
+      ".v1.GetEpisodeRequest\032\036.swarmrl.v1.GetEp" +
+      "isodeResponse\"\003\220\002\001B&\n\rio.swarmrl.v1B\023Epi" +
+      "sodeServiceProtoP\001b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -335,15 +345,21 @@ public final class EpisodeServiceProto {
     internal_static_swarmrl_v1_GenerateResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_GenerateResult_descriptor,
-        new java.lang.String[] { "CallId", "FinishReason", "PromptIds", "CompletionIds", "Logprobs", "PolicyVersion", "Text", "Message", "Usage", "TopLogprobs", "Model", });
-    internal_static_swarmrl_v1_SubmitRewardRequest_descriptor =
+        new java.lang.String[] { "CallId", "FinishReason", "PromptIds", "CompletionIds", "Logprobs", "PolicyVersion", "Text", "Message", "Usage", "TopLogprobs", "Model", "VersionSpans", });
+    internal_static_swarmrl_v1_VersionSpan_descriptor =
       getDescriptor().getMessageTypes().get(10);
+    internal_static_swarmrl_v1_VersionSpan_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_VersionSpan_descriptor,
+        new java.lang.String[] { "PolicyVersion", "Start", "End", });
+    internal_static_swarmrl_v1_SubmitRewardRequest_descriptor =
+      getDescriptor().getMessageTypes().get(11);
     internal_static_swarmrl_v1_SubmitRewardRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_SubmitRewardRequest_descriptor,
         new java.lang.String[] { "EpisodeId", "Value", "CallId", "RequestId", "Model", });
     internal_static_swarmrl_v1_SubmitRewardResponse_descriptor =
-      getDescriptor().getMessageTypes().get(11);
+      getDescriptor().getMessageTypes().get(12);
     internal_static_swarmrl_v1_SubmitRewardResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_SubmitRewardResponse_descriptor,
@@ -355,7 +371,7 @@ public final class EpisodeServiceProto {
         internal_static_swarmrl_v1_SubmitRewardResponse_ModelRewardsEntry_descriptor,
         new java.lang.String[] { "Key", "Value", });
     internal_static_swarmrl_v1_EndEpisodeRequest_descriptor =
-      getDescriptor().getMessageTypes().get(12);
+      getDescriptor().getMessageTypes().get(13);
     internal_static_swarmrl_v1_EndEpisodeRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_EndEpisodeRequest_descriptor,
@@ -367,37 +383,37 @@ public final class EpisodeServiceProto {
         internal_static_swarmrl_v1_EndEpisodeRequest_ModelRewardsEntry_descriptor,
         new java.lang.String[] { "Key", "Value", });
     internal_static_swarmrl_v1_EndEpisodeResponse_descriptor =
-      getDescriptor().getMessageTypes().get(13);
+      getDescriptor().getMessageTypes().get(14);
     internal_static_swarmrl_v1_EndEpisodeResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_EndEpisodeResponse_descriptor,
         new java.lang.String[] { "Episode", });
     internal_static_swarmrl_v1_AbortEpisodeRequest_descriptor =
-      getDescriptor().getMessageTypes().get(14);
+      getDescriptor().getMessageTypes().get(15);
     internal_static_swarmrl_v1_AbortEpisodeRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_AbortEpisodeRequest_descriptor,
         new java.lang.String[] { "EpisodeId", "Reason", "RequestId", });
     internal_static_swarmrl_v1_AbortEpisodeResponse_descriptor =
-      getDescriptor().getMessageTypes().get(15);
+      getDescriptor().getMessageTypes().get(16);
     internal_static_swarmrl_v1_AbortEpisodeResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_AbortEpisodeResponse_descriptor,
         new java.lang.String[] { "Episode", });
     internal_static_swarmrl_v1_GetEpisodeRequest_descriptor =
-      getDescriptor().getMessageTypes().get(16);
+      getDescriptor().getMessageTypes().get(17);
     internal_static_swarmrl_v1_GetEpisodeRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_GetEpisodeRequest_descriptor,
         new java.lang.String[] { "EpisodeId", "IncludeCalls", });
     internal_static_swarmrl_v1_GetEpisodeResponse_descriptor =
-      getDescriptor().getMessageTypes().get(17);
+      getDescriptor().getMessageTypes().get(18);
     internal_static_swarmrl_v1_GetEpisodeResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_GetEpisodeResponse_descriptor,
         new java.lang.String[] { "Episode", });
     internal_static_swarmrl_v1_Episode_descriptor =
-      getDescriptor().getMessageTypes().get(18);
+      getDescriptor().getMessageTypes().get(19);
     internal_static_swarmrl_v1_Episode_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_Episode_descriptor,
@@ -415,11 +431,11 @@ public final class EpisodeServiceProto {
         internal_static_swarmrl_v1_Episode_ModelRewardsEntry_descriptor,
         new java.lang.String[] { "Key", "Value", });
     internal_static_swarmrl_v1_CallRecord_descriptor =
-      getDescriptor().getMessageTypes().get(19);
+      getDescriptor().getMessageTypes().get(20);
     internal_static_swarmrl_v1_CallRecord_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_CallRecord_descriptor,
-        new java.lang.String[] { "CallId", "Model", "PromptIds", "CompletionIds", "Logprobs", "PolicyVersion", "FinishReason", "Reward", "ParentCallId", "Reward", });
+        new java.lang.String[] { "CallId", "Model", "PromptIds", "CompletionIds", "Logprobs", "PolicyVersion", "FinishReason", "Reward", "ParentCallId", "VersionSpans", "Reward", });
     com.google.protobuf.TimestampProto.getDescriptor();
     io.swarmrl.v1.TypesProto.getDescriptor();
   }

@@ -135,7 +135,8 @@ public interface GenerateResultOrBuilder extends
 
   /**
    * <pre>
-   * Policy version of the weights that generated every token of this call.
+   * Policy version of the weights that generated the call's last token (every token,
+   * when version_spans holds one span): the meaning it had before version_spans.
    * </pre>
    *
    * <code>int64 policy_version = 6 [json_name = "policyVersion"];</code>
@@ -280,4 +281,53 @@ public interface GenerateResultOrBuilder extends
    */
   com.google.protobuf.ByteString
       getModelBytes();
+
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens, in token order; the spans
+   * cover completion_ids exactly. One span unless a weight update happened mid-call.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 12 [json_name = "versionSpans"];</code>
+   */
+  java.util.List<io.swarmrl.v1.VersionSpan> 
+      getVersionSpansList();
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens, in token order; the spans
+   * cover completion_ids exactly. One span unless a weight update happened mid-call.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 12 [json_name = "versionSpans"];</code>
+   */
+  io.swarmrl.v1.VersionSpan getVersionSpans(int index);
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens, in token order; the spans
+   * cover completion_ids exactly. One span unless a weight update happened mid-call.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 12 [json_name = "versionSpans"];</code>
+   */
+  int getVersionSpansCount();
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens, in token order; the spans
+   * cover completion_ids exactly. One span unless a weight update happened mid-call.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 12 [json_name = "versionSpans"];</code>
+   */
+  java.util.List<? extends io.swarmrl.v1.VersionSpanOrBuilder> 
+      getVersionSpansOrBuilderList();
+  /**
+   * <pre>
+   * Which policy version generated which completion tokens, in token order; the spans
+   * cover completion_ids exactly. One span unless a weight update happened mid-call.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.VersionSpan version_spans = 12 [json_name = "versionSpans"];</code>
+   */
+  io.swarmrl.v1.VersionSpanOrBuilder getVersionSpansOrBuilder(
+      int index);
 }
