@@ -13,7 +13,7 @@ nearly every group is all zeros and nothing learns (the extraction is the one th
 added to the dataset's scoring).
 
 **Split by seed.** Held-out problems come from ``EVAL_SEED``; training problems from
-other seeds, and any training problem whose question is also a held-out question is
+other seeds (``--seed`` picks which: seed s draws from dataset seeds 1 + 1000 s, ...), and any training problem whose question is also a held-out question is
 skipped, so the held-out set is never trained on. Eval plays each held-out problem
 once, greedily, and aborts the episode (never trained).
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import random
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -80,6 +79,7 @@ class Problems:
     task: str
     level: int
     eval_size: int
+    first_train_seed: int = 1
     held_out: list[dict[str, Any]] = field(init=False)
     _questions: set[str] = field(init=False)
     _train: Any = field(init=False)
@@ -97,7 +97,7 @@ class Problems:
                                             **TASKS[self.task][self.level])
 
     def _generate(self) -> Any:
-        for seed in itertools.count(1):
+        for seed in itertools.count(self.first_train_seed):
             for entry in self._make(seed, 256):
                 if entry["question"] in self._questions:
                     self.skipped += 1
@@ -119,10 +119,10 @@ class ReasoningGym:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.mix = parse_mix(args.mix)
-        self.problems = {t: Problems(t, args.level, args.eval_size) for t in self.mix}
+        self.problems = {t: Problems(t, args.level, args.eval_size, 1 + 1000 * args.seed)
+                         for t in self.mix}
         # Each round plays --parallel-groups groups, tasks drawn in mix proportion.
         self.order = itertools.cycle([t for t, w in self.mix.items() for _ in range(w)])
-        self.rng = random.Random(args.seed)
 
     async def _episode(self, client: swarmrl.AsyncSwarmClient, task: str,
                        entry: dict[str, Any], group_id: str | None, *,
