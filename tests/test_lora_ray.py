@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 async def test_the_router_pushes_each_adapter_version_to_every_replica(
     tmp_path: Path, model_cache: Path
 ) -> None:
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
     from swarmrl_server.app import start_server
     from swarmrl_server.config import ModelSpec, ServerConfig
     from swarmrl_server.engine.base import GenerationOutput
@@ -70,6 +70,7 @@ async def test_the_router_pushes_each_adapter_version_to_every_replica(
         assert served == {0, 1}
     finally:
         await running.stop()
+        ray.shutdown()  # the local cluster this server started (its actor names are per pid)
 
 
 def _check(condition: bool) -> None:

@@ -35,6 +35,11 @@ def ray_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
     # Token auth (Ray's default where ~/.ray/auth_token exists), for the head and for
     # every client of this test: the job API, `study run` and its jobs.
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    # Ray reads its auth mode once per process and caches it: an earlier test that imported
+    # ray (verl does) would leave this process's job client sending no token (401s).
+    from ray._private.authentication_test_utils import reset_auth_token_state
+
+    reset_auth_token_state()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen(args, stdout=open(tmp_path / "ray.log", "wb"),
                             stderr=subprocess.STDOUT, env=env)

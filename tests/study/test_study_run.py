@@ -184,7 +184,8 @@ def scripted_model() -> Iterator[tuple[str, list[dict[str, Any]]]]:
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {
                     "role": "assistant", "content": "```json\n" + json.dumps(reply) + "\n```"}}]}
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                           log_config=None))  # leave logging as the suite set it
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started, 30, "the scripted model")
