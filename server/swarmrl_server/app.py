@@ -18,6 +18,8 @@ from swarmrl_server.hosting import ModelHost, load_hosts
 from swarmrl_server.http.app import HttpServer, build_app
 from swarmrl_server.security import KeyRing
 from swarmrl_server.swarm import Swarm
+from swarmrl_server.trainer.config import TrainerConfig, options_per_model
+from swarmrl_server.trainer.lora import spec_for
 
 log = structlog.get_logger("swarmrl.app")
 
@@ -26,16 +28,19 @@ def torch_threads(config: ServerConfig) -> int:
     return config.torch_threads or default_torch_threads()
 
 
-def lora_specs(config: ServerConfig) -> dict[str, LoraSpec]:
-    """The models trained with LoRA (train option lora_rank > 0) and their adapters: the
-    host loader serves these as adapters of a base."""
+def trainer_configs(config: ServerConfig) -> dict[str, TrainerConfig]:
+    """Each trained model's trainer settings, parsed once from the train options (empty
+    when the server does not train)."""
     if not config.train:
         return {}
-    from swarmrl_server.trainer.config import TrainerConfig, options_per_model
-    from swarmrl_server.trainer.lora import spec_for
-
     per_model = options_per_model(config.train_options, [m.name for m in config.models])
-    specs = {name: spec_for(TrainerConfig.from_options(o)) for name, o in per_model.items()}
+    return {name: TrainerConfig.from_options(o) for name, o in per_model.items()}
+
+
+def lora_specs(trainers: dict[str, TrainerConfig]) -> dict[str, LoraSpec]:
+    """The models trained with LoRA (train option lora_rank > 0) and their adapters: the
+    host loader serves these as adapters of a base."""
+    specs = {name: spec_for(t) for name, t in trainers.items()}
     return {name: spec for name, spec in specs.items() if spec is not None}
 
 
@@ -43,17 +48,13 @@ def ray_hosts(config: ServerConfig) -> dict[str, ModelHost]:
     """Engines as Ray actors behind a router (`swarmrl serve --ray`)."""
     from swarmrl_server.scale.cluster import init_ray
     from swarmrl_server.scale.replicas import RayPlacement
-    from swarmrl_server.trainer.config import TrainerConfig, options_per_model
 
+    trainers = trainer_configs(config)
     need = float(len(config.models) * config.replicas)
-    if config.train:
-        per_model = options_per_model(config.train_options, [m.name for m in config.models])
-        for options in per_model.values():
-            t = TrainerConfig.from_options(options)
-            need += t.workers * t.worker_cpus if t.workers > 1 else 0
+    need += sum(t.workers * t.worker_cpus for t in trainers.values() if t.workers > 1)
     init_ray(config.ray_address, logical_cpus=need)
     return load_hosts(config, RayPlacement(config.replicas, max(1, config.torch_threads or 1)),
-                      loras=lora_specs(config), share_bases=False)
+                      loras=lora_specs(trainers), share_bases=False)
 
 
 @dataclass
@@ -91,7 +92,7 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
     if config.replicas < 1 or (config.replicas > 1 and not config.ray):
         raise ValueError(f"--replicas {config.replicas}: more than one replica needs --ray")
     if hosts is None:
-        hosts = ray_hosts(config) if config.ray else load_hosts(config, loras=lora_specs(config))
+        hosts = ray_hosts(config) if config.ray else load_hosts(config, loras=lora_specs(trainer_configs(config)))
     policy = GenerationPolicy(
         default_max_tokens=config.default_max_tokens, force_temperature=config.force_temperature,
         max_inflight=config.max_inflight,
