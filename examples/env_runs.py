@@ -97,10 +97,22 @@ class Environment(Protocol):
 class Server:
     """A ``swarmrl serve`` subprocess and the addresses it serves."""
 
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | None
+    """None for a server this run did not start (`attach`): it is neither watched nor stopped."""
     target: str
     http_url: str
     data_dir: Path
+
+    @classmethod
+    def attach(cls, target: str, data_dir: Path) -> Server:
+        """A server someone else runs (``--target``: a study's, or one started by hand);
+        `data_dir` is its ``--data-dir``, read for the trainer's metrics."""
+        return cls(None, target, "", data_dir)
+
+    def alive(self) -> bool:
+        """False once a server this run started has exited (an attached one may be down
+        for a restart: its clients reconnect, so it counts as alive)."""
+        return self.proc is None or self.proc.poll() is None
 
     @classmethod
     def start(cls, model: str, train_options: Mapping[str, str], data_dir: Path,
@@ -132,7 +144,7 @@ class Server:
         return read_jsonl(self.data_dir / "metrics.jsonl")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=120)
@@ -196,17 +208,16 @@ async def _eval(env: Environment, server: Server, out: Path,
     return score, records
 
 
-async def _train(env: Environment, server: Server, out: Path, minutes: float,
+async def _train(env: Environment, server: Server, out: Path, deadline: float,
                  rounds: int) -> int:
-    """Plays training rounds until the time is up (or `rounds` rounds, if > 0); returns
-    the episodes played."""
-    deadline = time.monotonic() + minutes * 60
+    """Plays training rounds until `deadline` (wall clock; or `rounds` rounds, if > 0);
+    returns the episodes played."""
     t0, played, last = time.monotonic(), 0, 0.0
     log_path = out / "train-episodes.jsonl"
     with open(log_path, "a") as log:
         i = 0
-        while time.monotonic() < deadline and not (rounds and i >= rounds):
-            if server.proc.poll() is not None:
+        while time.time() < deadline and not (rounds and i >= rounds):
+            if not server.alive():
                 raise SystemExit("the server exited during training; see server.log")
             records = await env.train_round(server, i)
             i += 1
@@ -227,38 +238,56 @@ async def _train(env: Environment, server: Server, out: Path, minutes: float,
 
 def run(env: Environment, *, out: Path, model: str, train_options: Mapping[str, str],
         train_minutes: float, train_rounds: int = 0, server_args: Sequence[str] = (),
-        describe: Mapping[str, Any] | None = None,
-        reuse_before: Path | None = None) -> dict[str, Any]:
+        describe: Mapping[str, Any] | None = None, reuse_before: Path | None = None,
+        attach: Server | None = None) -> dict[str, Any]:
     """Eval before, training, eval after (see the module docstring); returns the summary.
 
     `reuse_before`: the folder of an eval-only run (``--train-minutes 0``) of the same
     model and settings, whose eval stands in for this run's eval before (it is the
     same greedy pass over the same held-out set); its settings must match `describe`.
+
+    `attach`: play against this server instead of starting one (its trainer options
+    are its own; `train_options` and `server_args` are ignored). Such a run is a
+    client another process supervises (a study's), so it resumes: started again on the
+    same `out`, it keeps its eval before, trains until its first start's deadline, and
+    a finished run returns its summary without playing again.
     """
     out.mkdir(parents=True, exist_ok=True)
     data_dir = out / "data"
-    if data_dir.exists() and any(data_dir.iterdir()):
+    if attach is not None:
+        data_dir = attach.data_dir
+        if (out / "summary.json").is_file():
+            done = json.loads((out / "summary.json").read_text())
+            if "after" in done or train_minutes <= 0:
+                print(f"[{env.name}] {out} already finished", flush=True)
+                return dict(done)
+    elif data_dir.exists() and any(data_dir.iterdir()):
         raise SystemExit(f"{data_dir} is not empty: pick a new --out")
     t_start = time.monotonic()
     # SIGTERM (a stopped run) unwinds like Ctrl-C, so the server below is stopped too.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    server = Server.start(model, train_options if train_minutes > 0 else {}, data_dir,
-                          out / "server.log", server_args)
-    print(f"[{env.name}] server on {server.target} (HTTP {server.http_url}); "
-          f"logs in {out / 'server.log'}", flush=True)
+    server = attach or Server.start(model, train_options if train_minutes > 0 else {}, data_dir,
+                                    out / "server.log", server_args)
+    print(f"[{env.name}] server on {server.target}"
+          + ("" if attach else f" (HTTP {server.http_url}); logs in {out / 'server.log'}"),
+          flush=True)
     summary: dict[str, Any] = {"environment": env.name, "model": model, **(describe or {})}
     try:
         if reuse_before is not None:
             before, records = _reused(reuse_before, model, describe or {}, out)
             summary["before_from"] = str(reuse_before)
+        elif attach is not None and (out / "eval-before.jsonl").is_file():
+            before, records = _kept_eval(out, "this run's, before a restart")
         else:
             before, records = asyncio.run(_eval(env, server, out, "before"))
         summary["before"] = {**before.as_dict(), "by_task": by_task(records)}
         if train_minutes > 0:
-            summary["train_options"] = dict(train_options)
+            if attach is None:
+                summary["train_options"] = dict(train_options)
             t_train = time.monotonic()
+            deadline = _train_deadline(out, train_minutes)
             summary["train_episodes"] = asyncio.run(
-                _train(env, server, out, train_minutes, train_rounds))
+                _train(env, server, out, deadline, train_rounds))
             summary["train_s"] = round(time.monotonic() - t_train, 1)
             steps = server.steps()
             summary["train_steps"] = len(steps)
@@ -282,6 +311,15 @@ def run(env: Environment, *, out: Path, model: str, train_options: Mapping[str, 
     return summary
 
 
+def _train_deadline(out: Path, minutes: float) -> float:
+    """When training ends, as a wall-clock time kept in ``out/train-started``: a run
+    started again (a restarted client) ends when its first start would have."""
+    marker = out / "train-started"
+    if not marker.is_file():
+        marker.write_text(f"{time.time()}\n")
+    return float(marker.read_text()) + minutes * 60
+
+
 def _reused(folder: Path, model: str, describe: Mapping[str, Any],
             out: Path) -> tuple[Score, list[dict[str, Any]]]:
     """An earlier eval-only run's eval, after checking it evaluated the same thing."""
@@ -292,8 +330,14 @@ def _reused(folder: Path, model: str, describe: Mapping[str, Any],
                              f"this run's is {value!r}")
     records = read_jsonl(folder / "eval-before.jsonl")
     (out / "eval-before.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return _kept_eval(out, f"from {folder}")
+
+
+def _kept_eval(out: Path, source: str) -> tuple[Score, list[dict[str, Any]]]:
+    """The eval before already in `out` (`source` says where it came from)."""
+    records = read_jsonl(out / "eval-before.jsonl")
     score = Score(sum(bool(r["success"]) for r in records), len(records))
-    print(f"eval before (from {folder}): held-out success {score}", flush=True)
+    print(f"eval before ({source}): held-out success {score}", flush=True)
     return score, records
 
 
@@ -317,6 +361,11 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
                    help="override one of the example's trainer settings (repeatable)")
     p.add_argument("--reuse-before", type=Path, metavar="RUN_DIR",
                    help="take the eval before from this eval-only run of the same settings")
+    p.add_argument("--target", metavar="HOST:PORT",
+                   help="play against this running server (a study's) instead of starting one; "
+                        "the run then resumes when started again on the same --out")
+    p.add_argument("--data-dir", type=Path,
+                   help="with --target: the server's --data-dir (its metrics and store)")
     p.add_argument("--server-arg", action="append", default=[],
                    help="extra `swarmrl serve` argument (repeatable), e.g. --server-arg=--engine=vllm")
 
@@ -338,9 +387,15 @@ def run_from_args(env: Environment, args: argparse.Namespace, options: Mapping[s
                   describe: Mapping[str, Any]) -> dict[str, Any]:
     """`run` with the common options; returns the summary it wrote."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    attach = None
+    if args.target:
+        if args.data_dir is None:
+            raise SystemExit("--target needs --data-dir (the server's, for its metrics)")
+        attach = Server.attach(args.target, args.data_dir)
     return run(env, out=Path(args.out), model=args.model, train_options=options,
                train_minutes=args.train_minutes, train_rounds=args.train_rounds,
-               server_args=args.server_arg, reuse_before=args.reuse_before, describe=describe)
+               server_args=args.server_arg, reuse_before=args.reuse_before, describe=describe,
+               attach=attach)
 
 
 def with_overrides(options: Mapping[str, str], overrides: Sequence[str]) -> dict[str, str]:
