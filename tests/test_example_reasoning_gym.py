@@ -81,3 +81,38 @@ def test_short_run_trains_the_mix_and_never_the_eval(tmp_path: Path, model_cache
     assert step["reward/episodes"] == 6
     assert all(step[f"task/{t}/episodes"] == 2 for t in env.mix)
     assert trained_episode_ids(tmp_path / "data") == {r["episode_id"] for r in train}
+
+
+@pytest.mark.slow
+def test_an_attached_run_resumes_where_it_stopped(tmp_path: Path, model_cache: Path) -> None:
+    """``--target`` (a study's client): the example plays against a server it did not
+    start, and started again on the same --out it keeps its eval before, keeps its first
+    start's training deadline, and once finished plays nothing more."""
+    from examples.reasoning_gym.run import main
+
+    args = build_parser().parse_args(
+        ["--model", "tiny", "--mix", "chain_sum:1", "--group-size", "2", "--batch-groups", "1",
+         "--train-option", "batch_rule=groups"])
+    server = Server.start("tiny", trainer_options(args), tmp_path / "data", tmp_path / "server.log",
+                          ["--cache-dir", str(model_cache)])
+    out = tmp_path / "client"
+    client = ["--model", "tiny", "--target", server.target, "--data-dir", str(tmp_path / "data"),
+              "--out", str(out), "--mix", "chain_sum:1", "--eval-size", "1", "--group-size", "2",
+              "--parallel-groups", "1", "--max-tokens", "4", "--train-minutes", "10"]
+    try:
+        # A first start that stopped after its eval and one round (a crashed client).
+        assert main([*client, "--train-rounds", "1"]) == 0
+        first = (out / "eval-before.jsonl").read_text()
+        started = (out / "train-started").read_text()
+        (out / "summary.json").unlink()  # as if it died before writing it
+        assert main([*client, "--train-rounds", "1"]) == 0
+        assert (out / "eval-before.jsonl").read_text() == first  # kept, not replayed
+        assert (out / "train-started").read_text() == started  # the first deadline holds
+        episodes = (out / "train-episodes.jsonl").read_text().count("\n")
+        assert episodes == 4  # two rounds of one group of 2, appended
+        # Finished: started again, it returns its summary and plays nothing.
+        assert main(client) == 0
+        assert (out / "train-episodes.jsonl").read_text().count("\n") == episodes
+        assert server.alive()  # an attached run never stops the server
+    finally:
+        server.stop()
