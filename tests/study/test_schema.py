@@ -187,3 +187,18 @@ def test_a_run_that_cannot_start_fails_and_a_finished_run_never_starts(tmp_path:
     assert record.processes == {} and state.load_run(spec.run_id) == record
     again = RunSupervisor(s, state, spec, cwd=tmp_path).run()
     assert again == record  # finished: nothing started, nothing written
+
+
+def test_results_columns_read_each_runs_json(tmp_path: Path) -> None:
+    from swarmrl_server.study.report import results
+
+    s = study(results={"file": "client/summary.json",
+                       "columns": {"after": "after.rate", "gain": "gain", "n": "after.n"}})
+    (tmp_path / "client").mkdir()
+    (tmp_path / "client" / "summary.json").write_text(
+        '{"after": {"rate": 0.31666, "n": 180}, "gain": 0.1889}')
+    assert results(s, tmp_path) == ["0.3167", "0.1889", "180"]
+    assert results(s, tmp_path / "missing") == ["-", "-", "-"]  # a run still running
+    assert results(study(), tmp_path) == []
+    with pytest.raises(StudyError, match="results.columns"):
+        study(results={"file": "x.json", "columns": {}})

@@ -10,6 +10,7 @@ proposals, accepted or refused with the reason.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -66,6 +67,33 @@ def _row(r: RunRecord) -> dict[str, str]:
             + (f" ({reasons})" if reasons else "")}
 
 
+def results(study: Study, run_dir: Path) -> list[str]:
+    """The run's `Study.results` columns ("-" for a value its file does not hold yet)."""
+    if study.results is None:
+        return []
+    try:
+        data = json.loads((run_dir / study.results.file).read_text())
+    except (OSError, ValueError):
+        data = {}
+    out = []
+    for key in study.results.columns.values():
+        value = data
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        out.append(_num(value) if isinstance(value, (int, float)) else
+                   "-" if value is None else str(value))
+    return out
+
+
+def _runs_table(study: Study, state: StudyState,
+                runs: list[RunRecord]) -> tuple[list[str], list[list[str]]]:
+    """The Runs table: the columns every study has, then its `results` columns."""
+    extra = list(study.results.columns) if study.results else []
+    return ([t for _, t in COLUMNS] + extra,
+            [[_row(r)[k] for k, _ in COLUMNS] + results(study, state.run_dir(r.run_id))
+             for r in runs])
+
+
 COLUMNS = (("run", "run"), ("stage", "stage"), ("diff", "config vs base"), ("state", "state"),
            ("why", "finished because"), ("final", "final @ step"), ("best", "best @ step"),
            ("episodes", "episodes"), ("wall", "wall"), ("restarts", "restarts (why)"))
@@ -100,7 +128,7 @@ def plot(study: Study, state: StudyState, runs: list[RunRecord], out: Path) -> l
     return written + plot_runs(dirs, out / "plots", window=1)
 
 
-def markdown(study: Study, record: StudyRecord, runs: list[RunRecord],
+def markdown(study: Study, state: StudyState, record: StudyRecord, runs: list[RunRecord],
              images: list[Path], out: Path) -> str:
     ranked = rank(study, runs)
     lines = [f"# Study {study.name}", "",
@@ -113,8 +141,7 @@ def markdown(study: Study, record: StudyRecord, runs: list[RunRecord],
                          f"{_num(x.mean)} ± {_num(x.std)} (n={len(x.finals)})"]
                         for i, x in enumerate(ranked)])
     lines += ["", "## Runs", ""]
-    lines += _md_table([title for _, title in COLUMNS],
-                       [[_row(r)[k] for k, _ in COLUMNS] for r in runs])
+    lines += _md_table(*_runs_table(study, state, runs))
     restarts = [(r.run_id, x) for r in runs for x in r.restarts]
     lines += ["", "## Restarts", ""]
     lines += _md_table(["run", "what", "at step", "why"],
@@ -152,14 +179,14 @@ th{background:#f3f3f3}img{max-width:900px;display:block;margin:1em 0}</style></h
 """, autoescape=True)
 
 
-def html(study: Study, record: StudyRecord, runs: list[RunRecord], images: list[Path],
-         out: Path) -> str:
+def html(study: Study, state: StudyState, record: StudyRecord, runs: list[RunRecord],
+         images: list[Path], out: Path) -> str:
     ranked = rank(study, runs)
     tables = [
         ("Ranking", ["rank", "variation", "runs", "final (mean ± std over seeds)"],
          [[str(i + 1), x.variation, ", ".join(x.run_ids),
            f"{_num(x.mean)} ± {_num(x.std)} (n={len(x.finals)})"] for i, x in enumerate(ranked)]),
-        ("Runs", [t for _, t in COLUMNS], [[_row(r)[k] for k, _ in COLUMNS] for r in runs]),
+        ("Runs", *_runs_table(study, state, runs)),
         ("Restarts", ["run", "what", "at step", "why"],
          [[r.run_id, x.what, str(x.step), x.reason] for r in runs for x in r.restarts]),
         ("Planner proposals", ["stage", "proposal", "accepted", "reason", "planner's why"],
@@ -185,6 +212,6 @@ def write_report(study: Study, state: StudyState, *, plots: bool = True) -> Path
     out = state.workdir / "report"
     out.mkdir(parents=True, exist_ok=True)
     images = plot(study, state, runs, out) if plots else []
-    (out / "report.md").write_text(markdown(study, record, runs, images, out))
-    (out / "report.html").write_text(html(study, record, runs, images, out))
+    (out / "report.md").write_text(markdown(study, state, record, runs, images, out))
+    (out / "report.html").write_text(html(study, state, record, runs, images, out))
     return out / "report.md"

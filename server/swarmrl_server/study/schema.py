@@ -149,6 +149,16 @@ class Planner(_Strict):
         return self
 
 
+class Results(_Strict):
+    """Report columns a run's clients write: values read from a JSON file in the run's
+    directory (e.g. a held-out evaluation the metrics do not hold)."""
+
+    file: str
+    """The JSON file, relative to the run's directory (e.g. ``rg/summary.json``)."""
+    columns: dict[str, str] = Field(min_length=1)
+    """Column title -> dotted key in the file (e.g. ``held-out after: after.rate``)."""
+
+
 class Study(_Strict):
     name: Annotated[str, Field(pattern=NAME)]
     server: ServerTemplate = ServerTemplate()
@@ -161,6 +171,7 @@ class Study(_Strict):
     stop_rules: StopRules = StopRules()
     restarts: Restarts = Restarts()
     planner: Planner | None = None
+    results: Results | None = None
     workdir: str | None = None
     """Where runs, state and reports go (relative to the study file; default:
     ``<study file stem>.study`` beside it)."""
