@@ -1,8 +1,10 @@
 """Per-step metrics: TensorBoard, a JSONL file, and a console progress bar.
 
 Names are namespaced: ``reward/…`` (per task too), ``adv/…``, ``loss/…``,
-``actor/…`` (verl's own names: pg_clipfrac, ppo_kl, …), ``stale/…``,
-``drop/…`` (episodes dropped, by reason), ``merge/…`` and ``time/…``.
+``actor/…`` (verl's own names: pg_clipfrac, ppo_kl, …), ``stale/…`` (versions
+behind, per episode, of its oldest span of generated tokens), ``sync/…`` (calls
+resumed across a weight sync), ``drop/…`` (episodes dropped, by reason), ``merge/…``
+and ``time/…``.
 TensorBoard goes to ``<log_dir>/tb/<model>``, JSON lines (one per step, with the
 model's name) to ``<log_dir>/metrics.jsonl``.
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 import torch
 
-from swarmrl_server.timelines.merge import MergeStats
+from swarmrl_server.timelines.merge import MergeStats, Timeline
 
 MAX_TASKS_LOGGED = 32
 """Per-task reward metrics only while a batch has at most this many tasks (keeps TB sane)."""
@@ -66,6 +68,23 @@ def staleness_metrics(staleness: Sequence[int]) -> dict[str, float]:
     for k, n in sorted(Counter(staleness).items()):
         out[f"stale/hist_{k}"] = float(n)
     return out
+
+
+def sync_metrics(rows: Sequence[Timeline]) -> dict[str, float]:
+    """``sync/resumed_calls``: trained calls whose tokens came from more than one policy
+    version (resumed across a weight sync); ``sync/resumed_tokens``: their trained tokens."""
+    calls = tokens = 0
+    for row in rows:
+        versions: dict[int, set[int]] = {}
+        counts: dict[int, int] = {}
+        for version, mask, call in zip(row.policy_versions, row.loss_mask, row.call_index):
+            if mask:
+                versions.setdefault(call, set()).add(version)
+                counts[call] = counts.get(call, 0) + 1
+        resumed = [call for call, vs in versions.items() if len(vs) > 1]
+        calls += len(resumed)
+        tokens += sum(counts[call] for call in resumed)
+    return {"sync/resumed_calls": float(calls), "sync/resumed_tokens": float(tokens)}
 
 
 def merge_metrics(stats: MergeStats) -> dict[str, float]:

@@ -4,7 +4,8 @@ A call extends a timeline when its prompt ids start with that timeline's tokens
 (the earlier call's prompt + completion, and whatever the timeline absorbed
 since), token for token — never by comparing text. The call's new prompt tokens
 join with loss mask 0 and its completion with loss mask 1, carrying the logprobs
-and policy version recorded at generation time. A call that extends no timeline
+and policy version recorded at generation time, token by token (a call resumed across
+a weight sync carries each of its version spans, `CallRecord.spans`). A call that extends no timeline
 (a fork: edited history, compaction, a retry, a parallel sub-agent) starts a new
 one. Every generated token lands in exactly one timeline; no other token is ever
 trained.
@@ -46,7 +47,8 @@ class Timeline:
     old_logprobs: list[float] = field(default_factory=list)
     """Logprob recorded at generation time (0.0 where loss_mask is 0)."""
     policy_versions: list[int] = field(default_factory=list)
-    """Version of the weights that generated the token (-1 where loss_mask is 0)."""
+    """Version of the weights that generated the token (-1 where loss_mask is 0): per
+    token, since a call resumed across a weight sync spans several versions."""
     temperatures: list[float] = field(default_factory=list)
     """Sampling temperature of generated tokens (1.0 elsewhere)."""
     call_index: list[int] = field(default_factory=list)
@@ -88,7 +90,7 @@ class Timeline:
             else:
                 self.loss_mask.extend([1] * n)
                 self.old_logprobs.extend(call.logprobs)
-                self.policy_versions.extend([call.policy_version] * n)
+                self.policy_versions.extend(token_versions(call))
                 self.temperatures.extend([call.temperature] * n)
             self.call_index.extend([len(self.call_ids)] * n)
             self.call_ids.append(call.call_id)
@@ -99,6 +101,21 @@ class Timeline:
         """Absorbs `call`, whose prompt starts with this timeline's tokens."""
         self._append(call.prompt_ids[len(self.token_ids):], call=None)
         self._append(call.completion_ids, call=call)
+
+
+def token_versions(call: CallRecord) -> list[int]:
+    """The policy version of each completion token, from the call's version spans
+    (which must tile the completion exactly: a gap would leave tokens of no version)."""
+    out: list[int] = []
+    for version, start, end in call.spans():
+        if start != len(out) or end < start:
+            raise ValueError(f"call {call.call_id}: version span [{start}, {end}) does not "
+                             f"continue from token {len(out)}")
+        out.extend([version] * (end - start))
+    if len(out) != len(call.completion_ids):
+        raise ValueError(f"call {call.call_id}: version spans cover {len(out)} of "
+                         f"{len(call.completion_ids)} completion tokens")
+    return out
 
 
 @dataclass

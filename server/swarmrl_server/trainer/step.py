@@ -84,7 +84,14 @@ class EpisodeRows:
 
     @property
     def policy_versions(self) -> list[int]:
+        """The version that generated each trained token (per token: see `Timeline`)."""
         return [v for r in self.rows for v, m in zip(r.policy_versions, r.loss_mask) if m]
+
+    def staleness(self, policy_version: int) -> int:
+        """Versions between `policy_version` and the oldest weights that generated any of
+        its trained tokens: a call resumed across a weight sync counts by its oldest span,
+        whatever version finished it. What `max_staleness` bounds."""
+        return policy_version - min(self.policy_versions)
 
     def old_logprobs_L(self) -> torch.Tensor:
         """Logprobs recorded at generation time, in the order `gather` concatenates."""

@@ -270,7 +270,7 @@ class Trainer:
                         dropped.setdefault("lost_weights", []).append(record)
                         continue
                     self.offpolicy_lost += 1  # trained with its true sampling logprobs
-                stale = self.policy_version - min(rows.policy_versions)
+                stale = rows.staleness(self.policy_version)
                 if stale > self.config.max_staleness:
                     dropped.setdefault("stale", []).append(record)
                     continue
@@ -334,6 +334,7 @@ class Trainer:
         values.update(breakdown.step_breakdown(
             {e.episode_id: e for e in plan.episodes}, episodes, staleness, dropped))
         values.update(metrics.staleness_metrics(staleness))
+        values.update(metrics.sync_metrics([r for e in episodes for r in e.rows]))
         values.update(metrics.merge_metrics(merged))
         self._count_drops(dropped, values)
         self.port.metrics.episodes_dropped_by(self.name, {k: len(v) for k, v in dropped.items()})
