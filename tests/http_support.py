@@ -85,7 +85,8 @@ class ScriptedEngine(Engine):
     async def stop(self) -> None:
         pass
 
-    async def update_weights(self, state_dict: Any, policy_version: int) -> None:
+    async def update_weights(self, state_dict: Any, policy_version: int, *,
+                             interrupt: bool = False) -> None:
         pass
 
     async def generate(

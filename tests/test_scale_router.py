@@ -48,10 +48,11 @@ class Killable(Engine):
                 raise ReplicaDied("killed")
             yield item
 
-    async def update_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+    async def update_weights(self, state: Mapping[str, torch.Tensor], version: int, *,
+                             interrupt: bool = False) -> None:
         if self.dead:
             raise ReplicaDied("killed")
-        await self.engine.update_weights(state, version)
+        await self.engine.update_weights(state, version, interrupt=interrupt)
 
     async def ping(self) -> int:
         if self.dead:

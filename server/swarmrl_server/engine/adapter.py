@@ -131,9 +131,11 @@ class Adapter:
 class AdapterServer(Protocol):
     """What a base engine offers its adapters (`HFEngine`, `VLLMEngine`)."""
 
-    async def load_adapter(self, name: str, adapter: Adapter, policy_version: int) -> None:
+    async def load_adapter(self, name: str, adapter: Adapter, policy_version: int, *,
+                           interrupt: bool = False) -> None:
         """Serves `adapter` as `name` from now on; calls already running finish on the
-        version they started with (and are stamped with it)."""
+        version they started with (and are stamped with it), or with `interrupt` continue
+        on the new one from their next token (`engine.base`)."""
 
     def adapter_version(self, name: str) -> int:
         """The version of `name` serving new calls (0 before its first load)."""
@@ -189,11 +191,12 @@ class AdapterEngine(Engine):
         return self.base.generate(prompt_ids, replace(params, adapter=self.name))
 
     async def update_weights(
-        self, state_dict: Mapping[str, torch.Tensor], policy_version: int
+        self, state_dict: Mapping[str, torch.Tensor], policy_version: int, *,
+        interrupt: bool = False,
     ) -> None:
         """`state_dict` is the adapter's (the LoRA trainer pushes only that)."""
         adapter = Adapter(self.spec, state_dict)
-        await self._server.load_adapter(self.name, adapter, policy_version)
+        await self._server.load_adapter(self.name, adapter, policy_version, interrupt=interrupt)
         self.last_sync_bytes = adapter.nbytes
 
     def __getattr__(self, item: str) -> Any:

@@ -4,8 +4,17 @@ An engine knows nothing about chat, episodes or training. It takes a prompt as
 token ids and sampling parameters, and streams back what it generated: chunks of
 token ids with their logprobs and the text they add, then one final
 `GenerationOutput`. Concurrent `generate` calls are batched together by the
-engine. Weights change only between batches, so all tokens of one call share
-one policy version.
+engine.
+
+Weight updates (`update_weights`) come in two kinds, which the trainer's
+`weight_sync` option picks:
+  - wait: calls in flight finish on the weights they started with; the new weights
+    serve calls that start after. Every token of a call has one policy version.
+  - interrupt: each call in flight is stopped at a token boundary, the weights are
+    updated, and the call continues from its prompt + the tokens generated so far
+    under the new version. The caller sees one uninterrupted call (same stream, no
+    token lost or repeated); its `GenerationOutput.version_spans` say which version
+    made which tokens. A sync thus never waits for the longest call in flight.
 
 Logprobs are those of the sampling distribution, i.e. log_softmax(logits / T)
 at the sampled token for temperature T > 0 (raw logits for T == 0), which is
@@ -79,7 +88,62 @@ class GenerationOutput:
     """Completion text without the stop token or stop string."""
     finish_reason: FinishReason
     policy_version: int
+    """The version of the weights that made the last token (of every token unless a sync
+    interrupted the call: see `version_spans`). Kept for clients that read one version."""
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    version_spans: list[tuple[int, int, int]] = field(default_factory=list)
+    """(policy version, start, end): completion tokens [start, end) came from that
+    version's weights, in order, covering every token. Empty: one span, `policy_version`
+    over every token (engines that never resume a call)."""
+
+    def spans(self) -> list[tuple[int, int, int]]:
+        """`version_spans`, or the one span `policy_version` when there are none."""
+        return self.version_spans or [(self.policy_version, 0, len(self.completion_ids))]
+
+
+class Spans:
+    """The versions a running call's tokens come from: `at` is told the version each time
+    the call (re)starts, `spans` closes them over the tokens made. A restart on the same
+    version continues its span; a span with no token is dropped."""
+
+    def __init__(self) -> None:
+        self._starts: list[tuple[int, int]] = []
+
+    def at(self, version: int, n_tokens: int) -> None:
+        """The tokens from index `n_tokens` on come from `version`."""
+        if self._starts and self._starts[-1][0] == version:
+            return
+        if self._starts and self._starts[-1][1] == n_tokens:  # the last span made nothing
+            self._starts.pop()
+            if self._starts and self._starts[-1][0] == version:
+                return
+        self._starts.append((version, n_tokens))
+
+    def spans(self, n_tokens: int) -> list[tuple[int, int, int]]:
+        ends = [start for _, start in self._starts[1:]] + [n_tokens]
+        return [(v, a, b) for (v, a), b in zip(self._starts, ends) if b > a]
+
+    @property
+    def version(self) -> int | None:
+        """The version of the current span (None before the call started)."""
+        return self._starts[-1][0] if self._starts else None
+
+
+@dataclass
+class SyncTimes:
+    """Where one weight sync's time went (an engine's `last_sync`), in seconds."""
+
+    write_s: float = 0.0
+    """The new weights written where the engine reads them (vLLM: safetensors on disk)."""
+    drain_s: float = 0.0
+    """Calls in flight out of the way: finished (wait) or stopped at a token (interrupt)."""
+    reload_s: float = 0.0
+    """The weights loaded into the serving model."""
+    resume_s: float = 0.0
+    """From the new version serving to the last interrupted call's first new token (its
+    prompt + tokens so far prefilled again under the new weights)."""
+    interrupted: int = 0
+    """Calls stopped and resumed by this sync."""
 
 
 class Engine(abc.ABC):
@@ -116,5 +180,10 @@ class Engine(abc.ABC):
         cancels the request."""
 
     @abc.abstractmethod
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor], policy_version: int) -> None:
-        """Loads new weights; calls started after this returns use them."""
+    async def update_weights(
+        self, state_dict: Mapping[str, torch.Tensor], policy_version: int, *,
+        interrupt: bool = False,
+    ) -> None:
+        """Loads new weights; calls started after this returns use them. `interrupt`: calls
+        in flight continue on them too, from their next token (module docstring); else they
+        finish on the weights they started with."""

@@ -24,7 +24,10 @@ and fixed scaffolding thus end quickly; free-form strings may run to max_tokens.
 
 It honours the rest of the `Engine` contract like the others: prompt and sampling
 checks, stop tokens and strings, max_tokens and the context limit, abort on close
-or stop, and a policy version per call (weights are ignored: there are none).
+or stop, and a policy version per call (weights are ignored: there are none). A sync
+with `interrupt=True` moves the calls in flight to the new version at their next token
+(a new span in `version_spans`); a plain one leaves them on the version they started
+with. Either way the tokens are the same: the echo model has no weights to change.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from swarmrl_server.engine.base import (
     GenerationChunk,
     GenerationOutput,
     SamplingParams,
+    Spans,
 )
 from swarmrl_server.engine.grammar import GrammarCompiler
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
@@ -91,6 +95,9 @@ class EchoEngine(Engine):
         # Fallback candidates for prompts made only of special tokens.
         self._fallback = [t for t in range(min(self.vocab_size, 512)) if t not in special]
         self._policy_version = 0
+        self._in_flight_version = 0
+        """The version calls in flight move to at their next token (the last interrupting
+        sync's)."""
         self._running = False
         self._tokens = 0
         self._grammar: GrammarCompiler | None = None
@@ -120,9 +127,12 @@ class EchoEngine(Engine):
         self._running = False
 
     async def update_weights(
-        self, state_dict: Mapping[str, torch.Tensor], policy_version: int
+        self, state_dict: Mapping[str, torch.Tensor], policy_version: int, *,
+        interrupt: bool = False,
     ) -> None:
         self._policy_version = policy_version
+        if interrupt:
+            self._in_flight_version = policy_version
 
     def _pool(self, prompt: list[int]) -> tuple[list[int], bytes]:
         """A call's candidate pool (the prompt's ordinary tokens, each once) and the key
@@ -158,6 +168,8 @@ class EchoEngine(Engine):
         if not self._running:
             raise unavailable(Reason.SHUTTING_DOWN, f"engine {self.name!r} is not running")
         version = self._policy_version
+        started_after = self._in_flight_version  # interrupting syncs before this call don't count
+        spans = Spans()
         rng = None
         if params.temperature > 0:
             rng = random.Random(params.seed if params.seed is not None else secrets.randbits(63))
@@ -186,6 +198,9 @@ class EchoEngine(Engine):
                 reason = "abort"
                 break
             step = len(ids)
+            if self._in_flight_version != started_after:  # an interrupting sync: next token on
+                version = started_after = self._in_flight_version
+            spans.at(version, step)
             cands = []
             if matcher is not None:
                 cands = self._grammar_candidates(matcher, pool, step)  # type: ignore[union-attr]
@@ -223,4 +238,5 @@ class EchoEngine(Engine):
             finish_reason=reason,
             policy_version=version,
             top_logprobs=tops,
+            version_spans=spans.spans(len(ids)),
         )

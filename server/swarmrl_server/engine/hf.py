@@ -8,8 +8,15 @@ its caller's asyncio queue with `loop.call_soon_threadsafe`. Rows that finish,
 or whose caller went away, leave the batch (and the cache) at once, so they cost
 nothing more; requests that arrive meanwhile wait for the next wave.
 
-Weights change only between waves, so all tokens of one call come from one
-policy version. LoRA adapters too (`hf_adapters`): one copy of the base serves every
+Weights change only between waves. A plain update waits for the wave to end, so all
+tokens of one call come from one policy version. An interrupting one (`interrupt=True`,
+the trainer's weight_sync=interrupt) ends the wave at the next token boundary instead:
+its unfinished rows go back to the front of the queue with their whole state (text
+stream, generator, grammar matcher, tokens so far), the update applies, and the next
+wave prefills each row's prompt + tokens and carries on under the new version (a new
+span in the call's `version_spans`). Only the re-prefill is extra work; the sampling
+and text state continue as if nothing happened, so a resume on unchanged weights gives
+the same tokens. LoRA adapters too (`hf_adapters`): one copy of the base serves every
 model's adapter, each with its own policy version.
 
 Logprobs: for temperature T > 0 a token's logprob is log_softmax(logits / T) at
@@ -42,6 +49,7 @@ from swarmrl_server.engine.base import (
     GenerationChunk,
     GenerationOutput,
     SamplingParams,
+    SyncTimes,
 )
 from swarmrl_server.engine.grammar import GrammarCompiler
 from swarmrl_server.engine.hf_adapters import HFAdapters
@@ -78,6 +86,9 @@ class _WeightUpdate:
     policy_version: int
     adapter: tuple[str, Adapter] | None = None
     """A LoRA adapter to load under a model's name instead of base weights."""
+    interrupt: bool = False
+    """Stop the running wave at a token boundary for it (else it waits for the wave)."""
+    queued_at: float = field(default_factory=time.perf_counter)
     done: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
 
 
@@ -127,6 +138,12 @@ class HFEngine(Engine):
         self._tokens = 0
         self._active = 0
         self._grammar: GrammarCompiler | None = None
+        self._interrupting = False
+        """An interrupting update waits: the running wave ends at its next token."""
+        self._applied_at = 0.0
+        self.last_sync: SyncTimes | None = None
+        """Where the last weight update's time went (`resume_s` fills in when the rows it
+        interrupted produce their next token)."""
 
     @classmethod
     def from_pretrained(cls, name: str, path: Path | str, **kwargs: Any) -> HFEngine:
@@ -183,19 +200,24 @@ class HFEngine(Engine):
             self._thread = None
 
     async def update_weights(
-        self, state_dict: Mapping[str, torch.Tensor], policy_version: int
+        self, state_dict: Mapping[str, torch.Tensor], policy_version: int, *,
+        interrupt: bool = False,
     ) -> None:
-        await self._update(_WeightUpdate(state_dict, policy_version))
+        await self._update(_WeightUpdate(state_dict, policy_version, interrupt=interrupt))
 
-    async def load_adapter(self, name: str, adapter: Adapter, policy_version: int) -> None:
-        """Loads (or adds) the LoRA adapter `name` between waves (`engine.adapter`)."""
-        await self._update(_WeightUpdate(adapter.tensors, policy_version, (name, adapter)))
+    async def load_adapter(self, name: str, adapter: Adapter, policy_version: int, *,
+                           interrupt: bool = False) -> None:
+        """Loads (or adds) the LoRA adapter `name` between waves (`engine.adapter`);
+        `interrupt`: the running wave stops for it (its rows resume after the load)."""
+        await self._update(_WeightUpdate(adapter.tensors, policy_version, (name, adapter),
+                                         interrupt=interrupt))
 
     async def _update(self, update: _WeightUpdate) -> None:
         with self._cond:
             running = self._thread is not None and not self._stopping
             if running:
                 self._updates.append(update)
+                self._interrupting = self._interrupting or update.interrupt
                 self._cond.notify_all()
         if not running:
             await asyncio.to_thread(self._apply_update, update)
@@ -267,17 +289,28 @@ class HFEngine(Engine):
                 if self._stopping:
                     break
                 updates, self._updates = self._updates, []
+                self._interrupting = False
+                interrupted = sum(r.resumed for r in self._waiting)
             if updates:  # between waves: the only place weights change
-                for update in updates:
-                    self._apply_update(update)
+                taken = time.perf_counter()
+                errors = [self._load(update) for update in updates]
+                self._applied_at = time.perf_counter()
+                self.last_sync = SyncTimes(  # before the callers hear of it
+                    drain_s=taken - min(u.queued_at for u in updates),
+                    reload_s=self._applied_at - taken, interrupted=interrupted)
+                for update, error in zip(updates, errors):
+                    _resolve(update, error)
                 continue
             with self._cond:
                 deadline = time.monotonic() + self.batch_window_s
-                while len(self._waiting) < self.max_batch_size and not self._stopping:
+                while (len(self._waiting) < self.max_batch_size and not self._stopping
+                       and not self._updates):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
+                if self._updates:  # arrived in the window: it goes first
+                    continue
                 n = min(len(self._waiting), self.max_batch_size)
                 wave = [self._waiting.popleft() for _ in range(n)]
             if wave:
@@ -292,14 +325,17 @@ class HFEngine(Engine):
             self._apply_update(update)
 
     def _apply_update(self, update: _WeightUpdate) -> None:
-        """Copies `update.state_dict` into the model (or loads the adapter), all or nothing."""
+        _resolve(update, self._load(update))
+
+    def _load(self, update: _WeightUpdate) -> BaseException | None:
+        """Copies `update.state_dict` into the model (or loads the adapter), all or nothing;
+        returns the error for the awaiting caller."""
         try:
             if update.adapter is not None:
                 with self._model_lock:
                     self.model = self._adapters.load(self.model, *update.adapter,
                                                      update.policy_version)
-                update.done.set_result(None)
-                return
+                return None
             with self._model_lock, torch.no_grad():
                 params = self.model.state_dict()
                 unknown = sorted(set(update.state_dict) - set(params))
@@ -316,16 +352,16 @@ class HFEngine(Engine):
                     params[key].copy_(value)
                 self._policy_version = update.policy_version
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
-            update.done.set_exception(exc)
-        else:
-            update.done.set_result(None)
+            return exc
+        return None
 
     def _run_wave(self, wave: list[Row]) -> None:
         rows = [r for r in wave if not r.cancelled]
         if not rows:
             return
-        for r in rows:  # loads wait for the wave: every token of a call has this version
+        for r in rows:  # loads wait for the wave (or interrupt it: a new span)
             r.version = self._adapters.version_of(r, self._policy_version)
+            r.spans.at(r.version, len(r.completion_ids))
         with self._cond:
             self._waves += 1
             self._wave_sizes.append(len(rows))
@@ -348,12 +384,13 @@ class HFEngine(Engine):
         """Prefill + decode loop for one wave; every row ends with a GenerationOutput."""
         from transformers import DynamicCache
 
-        B, T = len(rows), max(len(r.prompt_ids) for r in rows)
+        contexts = [r.context() for r in rows]  # a resumed row: prompt + tokens so far
+        B, T = len(rows), max(len(c) for c in contexts)
         ids_B_T = torch.full((B, T), self._pad_id, dtype=torch.long)
         mask_B_T = torch.zeros((B, T), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids_B_T[i, T - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            mask_B_T[i, T - len(r.prompt_ids) :] = 1
+        for i, c in enumerate(contexts):
+            ids_B_T[i, T - len(c) :] = torch.tensor(c)
+            mask_B_T[i, T - len(c) :] = 1
         # Left padding: real tokens are numbered from 0 in each row, pads are masked.
         pos_B_T = (mask_B_T.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
@@ -374,8 +411,13 @@ class HFEngine(Engine):
                     r.finish("abort", r.version)
                 return
             tokens_B = self._sample_and_emit(rows, logits_B_V)
+            if any(r.resumed for r in rows):
+                self._resumed(rows)
             keep = [i for i, r in enumerate(rows) if not r.cancelled]
             if not keep:
+                return
+            if self._interrupting:  # at a token boundary: the rest of the wave waits
+                self._requeue([rows[i] for i in keep])
                 return
             if len(keep) < len(rows):  # drop finished/cancelled rows from every tensor
                 keep_K = torch.tensor(keep)
@@ -399,6 +441,23 @@ class HFEngine(Engine):
             with self._cond:
                 self._steps += 1
 
+    def _requeue(self, rows: list[Row]) -> None:
+        """Puts an interrupted wave's unfinished rows back at the front of the queue, with
+        their state: they resume first, on the weights the update brings."""
+        with self._cond:
+            for r in reversed(rows):
+                r.resumed = True
+                self._waiting.appendleft(r)
+            self._active = 0
+
+    def _resumed(self, rows: list[Row]) -> None:
+        """Rows back from an interruption made their first token: the sync is over."""
+        for r in rows:
+            r.resumed = False
+        if self.last_sync is not None:
+            self.last_sync.resume_s = max(self.last_sync.resume_s,
+                                          time.perf_counter() - self._applied_at)
+
     def _sample_and_emit(
         self, rows: list[Row], logits_B_V: torch.Tensor
     ) -> torch.Tensor:
@@ -412,3 +471,10 @@ class HFEngine(Engine):
         for i, r in enumerate(rows):
             emit(r, step.tokens[i], step.logprobs[i], step.tops[i], r.version, self.max_model_len)
         return step.tokens_B
+
+
+def _resolve(update: _WeightUpdate, error: BaseException | None) -> None:
+    if error is None:
+        update.done.set_result(None)
+    else:
+        update.done.set_exception(error)

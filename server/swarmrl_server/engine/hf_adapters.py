@@ -4,8 +4,9 @@ The engine's model becomes a peft model when the first adapter arrives; each mod
 adapter lives in it under an internal name (`adapter0`, `adapter1`, ...: model names may
 hold characters peft's module dicts refuse), with its own policy version. A wave mixes
 calls of several adapters and of the base through peft's per-row `adapter_names`
-("__base__": no adapter). Loads happen between waves (the engine's weight-update path),
-so all tokens of a call come from one adapter version.
+("__base__": no adapter). Loads happen between waves (the engine's weight-update path):
+a plain load waits for the wave, so all tokens of a call come from one adapter version;
+an interrupting one ends the wave at a token and the calls resume on the new version.
 """
 
 from __future__ import annotations

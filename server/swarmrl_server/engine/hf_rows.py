@@ -19,6 +19,7 @@ from swarmrl_server.engine.base import (
     GenerationChunk,
     GenerationOutput,
     SamplingParams,
+    Spans,
 )
 from swarmrl_server.engine.text import TextStream
 
@@ -39,6 +40,11 @@ class Row:
     generator: torch.Generator | None
     version: int = 0
     """The policy version of the weights serving the call (set when its wave starts)."""
+    spans: Spans = field(default_factory=Spans)
+    """Which version made which tokens (a new span when a sync interrupted the call and
+    it resumed on new weights)."""
+    resumed: bool = False
+    """Interrupted by a sync and queued again: its next wave prefills prompt + tokens."""
     matcher: Any = None
     """xgrammar matcher when the call is constrained (see engine.grammar)."""
     cancelled: bool = False
@@ -54,7 +60,13 @@ class Row:
         except RuntimeError:  # the caller's loop is closed: nobody is listening
             self.cancelled = True
 
+    def context(self) -> list[int]:
+        """What the next wave prefills: the prompt and the tokens generated so far."""
+        return self.prompt_ids + self.completion_ids if self.completion_ids else self.prompt_ids
+
     def finish(self, reason: FinishReason, policy_version: int) -> None:
+        """Sends the output; `policy_version` stamps a call that never ran."""
+        spans = self.spans.spans(len(self.completion_ids))
         self.send(
             GenerationOutput(
                 prompt_ids=self.prompt_ids,
@@ -62,8 +74,9 @@ class Row:
                 logprobs=self.logprobs,
                 text=self.stream.text,
                 finish_reason=reason,
-                policy_version=policy_version,
+                policy_version=spans[-1][0] if spans else policy_version,
                 top_logprobs=self.top_logprobs,
+                version_spans=spans,
             )
         )
 

@@ -32,6 +32,12 @@ Weight sync (`update_weights`), with exact policy versions:
      -> /update_weight_version -> /resume;
   4. only then the policy version becomes N and waiting calls start, stamped N.
 So every recorded token carries the version of the weights that produced it.
+With `interrupt=True` (weight_sync=interrupt) step 2 does not wait: each call in flight
+is stopped at the last token it streamed (its HTTP stream closed: vLLM aborts it) and,
+once the version is N, resubmitted as prompt + tokens so far, streaming on as one call
+with a second span (`engine.vllm_calls`, which also says how stop strings, seeds and
+grammars carry over). A sync then costs the write, the reload, and a re-prefill of the
+calls in flight, never the longest call's remaining time.
 
 A launched server that dies (`LaunchedServer` supervises it): each call in flight on it
 fails with UNAVAILABLE (reason INTERNAL, a retry hint; its tokens so far were streamed
@@ -47,7 +53,9 @@ directory `<weights dir>/<model>/v<N>/` and loaded under the NEW name `<model>-v
 calls running on `<model>-v<N-1>` finish on it (stamped N-1) while new ones start on
 `<model>-v<N>` (stamped N), and a version's prefix-cache entries are its own (vLLM keys
 them by adapter), so none of the old weights' KV is reused. An old version is unloaded
-once its last call ends. A sync moves the adapter's megabytes, not the model. This path
+once its last call ends. With `interrupt=True` the calls on `<model>-v<N-1>` are
+stopped at their last token instead and resubmitted on `<model>-v<N>` (a new span). A
+sync moves the adapter's megabytes, not the model. This path
 needs the weights directory to be readable by the servers (same machine or a shared
 filesystem). GPU PATH (not runnable on CPU machines, not tested here): vLLM 0.32's NCCL
 weight transfer (/init_weight_transfer_engine, /start_weight_update, /update_weights,
@@ -63,7 +71,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,8 +86,10 @@ from swarmrl_server.engine.base import (
     GenerationChunk,
     GenerationOutput,
     SamplingParams,
+    SyncTimes,
 )
 from swarmrl_server.engine.text import end_of_turn_ids
+from swarmrl_server.engine.vllm_calls import END, CallState, InFlight, start_reader
 from swarmrl_server.engine.vllm_server import (
     LaunchedServer,
     VLLMServer,
@@ -167,6 +177,8 @@ class VLLMEngine(Engine):
         self._open = asyncio.Event()  # cleared while weights change: new calls wait
         self._open.set()
         self._inflight = 0
+        """Submissions streaming now (an interrupted call waiting to resume is not one)."""
+        self._calls: set[InFlight] = set()
         self._drained = asyncio.Condition()
         self._sync_lock = asyncio.Lock()
         self._started = False
@@ -174,6 +186,10 @@ class VLLMEngine(Engine):
         self.last_sync_s: float | None = None
         """Seconds the last `update_weights` or `load_adapter` took (write + load on every
         server)."""
+        self.last_sync: SyncTimes | None = None
+        """Where the last sync's time went (`resume_s` fills in as interrupted calls
+        stream again)."""
+        self._opened_at = 0.0
         self._adapters: dict[str, _Served] = {}
         """Each model's adapter version serving new calls."""
         self._retired: list[_Served] = []
@@ -254,73 +270,91 @@ class VLLMEngine(Engine):
         if not self._started:
             raise unavailable(Reason.SHUTTING_DOWN, f"engine {self.name!r} is not running")
         server = self.servers[next(self._next)]
-        if isinstance(server, LaunchedServer):
-            await server.ready.wait()  # restarting after a crash
-        # A weight sync under way: start on the new weights. No await between this and
-        # the count below, so a sync either waits for this call or this call for it.
-        await self._open.wait()
+        stop_ids = frozenset([*params.stop_token_ids, *self.eos_token_ids])
+        state = CallState(self.tokenizer, prompt, params, stop_ids,
+                          min(params.max_tokens, self.max_model_len - len(prompt)))
+        finish: FinishReason | None = None
         version = self._policy_version
-        served = self._adapters.get(params.adapter) if params.adapter else None
-        if served is not None:  # else version 0 of the adapter: the base itself (B = 0)
-            version = served.version
-            served.calls += 1
-        self._inflight += 1
-        ids: list[int] = []
-        lps: list[float] = []
-        tops: list[list[tuple[int, float]]] = []
-        text = ""
-        finish: FinishReason = "abort"
-        try:
+        while finish is None:
+            if isinstance(server, LaunchedServer):
+                await server.ready.wait()  # restarting after a crash
+            # A weight sync under way: start on the new weights. No await between this
+            # and the count below, so a sync either waits for this call or this call
+            # for it.
+            await self._open.wait()
+            version = self._policy_version
+            served = self._adapters.get(params.adapter) if params.adapter else None
+            if served is not None:  # else version 0 of the adapter: the base itself (B = 0)
+                version = served.version
+                served.calls += 1
+            state.spans.at(version, len(state.ids))
             body = self._request_body(served.name if served else server.model, prompt, params)
-            async with server.client.stream("POST", "/v1/completions", json=body) as r:
-                if r.status_code != 200:
-                    await r.aread()
-                    raise _http_error(r)
-                async for line in r.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    choice = json.loads(line[6:])["choices"][0]
-                    chunk, reason = _parse_choice(choice, params.top_logprobs)
+            if state.resumes:
+                body = state.resume_request(body)
+            call = InFlight(params.adapter, body["model"], params.structural_tag is not None)
+            self._inflight += 1
+            self._calls.add(call)
+            call.reader, queue = start_reader(server.client, body, params.top_logprobs,
+                                              _http_error)
+            first = True
+            try:
+                while (item := await queue.get()) is not END:
+                    if isinstance(item, BaseException):
+                        raise item
+                    chunk, reason = item
+                    chunk, cut = state.take(chunk)
+                    if first and state.resumes and self.last_sync is not None:
+                        first = False
+                        self.last_sync.resume_s = max(self.last_sync.resume_s,
+                                                      time.perf_counter() - self._opened_at)
                     if chunk.token_ids or chunk.text:
-                        ids += chunk.token_ids
-                        lps += chunk.logprobs
-                        tops += chunk.top_logprobs
-                        text += chunk.text
                         yield chunk
-                    if reason is not None:
-                        finish = reason
-        except (httpx.HTTPError, httpx.StreamError) as exc:  # StreamError: client closed
-            if not self._stopping:
-                raise unavailable(
-                    Reason.INTERNAL, f"vLLM server {server.url} failed: {exc!r}"
-                ) from exc
-            finish = "abort"
-        finally:
-            self._inflight -= 1
-            if served is not None:
-                served.calls -= 1
-                if served.calls == 0 and served in self._retired:
-                    asyncio.get_running_loop().create_task(self._unload_retired())
-            async with self._drained:
-                self._drained.notify_all()
-        yield GenerationOutput(
-            prompt_ids=prompt, completion_ids=ids, logprobs=lps, text=text,
-            finish_reason=finish, policy_version=version, top_logprobs=tops,
-        )
+                    finish = cut or reason or finish
+                    if cut is not None:
+                        break
+            except (httpx.HTTPError, httpx.StreamError) as exc:  # StreamError: client closed
+                if not self._stopping:
+                    raise unavailable(
+                        Reason.INTERNAL, f"vLLM server {server.url} failed: {exc!r}"
+                    ) from exc
+                finish = "abort"
+            finally:
+                call.reader.cancel()  # a stop string seen here, or the caller went away
+                self._calls.discard(call)
+                self._inflight -= 1
+                if served is not None:
+                    served.calls -= 1
+                    if served.calls == 0 and served in self._retired:
+                        asyncio.get_running_loop().create_task(self._unload_retired())
+                async with self._drained:
+                    self._drained.notify_all()
+            if finish is None or (finish == "abort" and call.interrupted):
+                if not call.interrupted or self._stopping:
+                    finish = "abort"
+                    break
+                held, finish = state.resume()  # carry on after the sync (module docstring)
+                if held:
+                    yield GenerationChunk([], [], held)
+        yield state.output(finish, version)
 
     # ---- weights ----------------------------------------------------------------
 
     async def update_weights(
-        self, state_dict: Mapping[str, torch.Tensor], policy_version: int
+        self, state_dict: Mapping[str, torch.Tensor], policy_version: int, *,
+        interrupt: bool = False,
     ) -> None:
-        """See the module docstring: write, drain, reload everywhere, then bump."""
+        """See the module docstring: write, drain (or interrupt), reload everywhere, then
+        bump."""
         async with self._sync_lock:
             started = time.perf_counter()
             path = await asyncio.to_thread(self._write_weights, state_dict, policy_version)
+            written = time.perf_counter()
             self._open.clear()
+            stopped = self._interrupt(lambda c: True) if interrupt else 0
             try:
                 async with self._drained:  # calls stamped with the old version finish on it
                     await self._drained.wait_for(lambda: self._inflight == 0)
+                drained = time.perf_counter()
                 await asyncio.gather(*(s.reload_weights(path, policy_version) for s in self.servers))
                 for s in self.servers:
                     if isinstance(s, LaunchedServer):
@@ -329,24 +363,39 @@ class VLLMEngine(Engine):
             except VLLMServerError as exc:
                 raise unavailable(Reason.INTERNAL, f"weight sync failed: {exc}") from exc
             finally:
+                self._opened_at = time.perf_counter()
                 self._open.set()
-            self.last_sync_s = time.perf_counter() - started
+            self.last_sync_s = self._opened_at - started
+            self.last_sync = SyncTimes(write_s=written - started, drain_s=drained - written,
+                                       reload_s=self._opened_at - drained, interrupted=stopped)
+
+    def _interrupt(self, which: Callable[[InFlight], bool]) -> int:
+        """Stops the unconstrained submissions `which` picks at their last token read; they
+        resubmit once the sync lets them (module docstring). Returns how many."""
+        calls = [c for c in self._calls if which(c) and not c.constrained and not c.interrupted]
+        for c in calls:
+            c.interrupt()
+        return len(calls)
 
     def adapter_version(self, name: str) -> int:
         served = self._adapters.get(name)
         return served.version if served else 0
 
-    async def load_adapter(self, name: str, adapter: Adapter, policy_version: int) -> None:
+    async def load_adapter(self, name: str, adapter: Adapter, policy_version: int, *,
+                           interrupt: bool = False) -> None:
         """Writes the adapter to a new directory and loads it on every server under a new
-        name; new calls of `name` use it from then on (module docstring)."""
+        name; new calls of `name` use it from then on, and with `interrupt` the calls in
+        flight on an older version continue on it (module docstring)."""
         async with self._sync_lock:
             started = time.perf_counter()
             path = await asyncio.to_thread(self._new_adapter_dir, name, policy_version, adapter)
+            written = time.perf_counter()
             served = _Served(f"{name}-v{policy_version}", policy_version, path)
             try:
                 await asyncio.gather(*(s.load_adapter(served.name, path) for s in self.servers))
             except VLLMServerError as exc:
                 raise unavailable(Reason.INTERNAL, f"adapter sync failed: {exc}") from exc
+            loaded = time.perf_counter()
             for s in self.servers:
                 if isinstance(s, LaunchedServer):
                     s.latest_adapters[name] = (served.name, path)
@@ -354,7 +403,12 @@ class VLLMEngine(Engine):
             self._adapters[name] = served
             if old is not None:
                 self._retired.append(old)
-            self.last_sync_s = time.perf_counter() - started
+            self._opened_at = time.perf_counter()
+            stopped = self._interrupt(
+                lambda c: c.adapter == name and c.served_name != served.name) if interrupt else 0
+            self.last_sync_s = self._opened_at - started
+            self.last_sync = SyncTimes(write_s=written - started, reload_s=loaded - written,
+                                       interrupted=stopped)
         await self._unload_retired()
 
     async def _unload_retired(self) -> None:
@@ -394,24 +448,6 @@ class VLLMEngine(Engine):
         for p in old[:-KEEP_WEIGHT_VERSIONS]:
             shutil.rmtree(p, ignore_errors=True)
         return final
-
-
-def _parse_choice(
-    choice: dict[str, Any], k: int
-) -> tuple[GenerationChunk, FinishReason | None]:
-    ids = [int(t) for t in choice.get("token_ids") or []]
-    lp = choice.get("logprobs") or {}
-    lps = [float(x) for x in lp.get("token_logprobs") or []]
-    tops: list[list[tuple[int, float]]] = []
-    if k:
-        for alts in lp.get("top_logprobs") or []:
-            pairs = [(int(t.removeprefix("token_id:")), float(v)) for t, v in (alts or {}).items()]
-            tops.append(sorted(pairs, key=lambda kv: -kv[1])[:k])
-    reason = choice.get("finish_reason")
-    finish: FinishReason | None = None
-    if reason is not None:
-        finish = reason if reason in ("stop", "length") else "abort"
-    return GenerationChunk(ids, lps, choice.get("text") or "", tops), finish
 
 
 def _http_error(r: httpx.Response) -> Exception:

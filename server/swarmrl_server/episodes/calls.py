@@ -1,6 +1,7 @@
 """A generation call's record and the answer a retry of it gets.
 
-A call is recorded whole once its engine finishes (`call_record`); a later request with
+A call is recorded whole once its engine finishes (`call_record`), with the versions
+that made its tokens (several when a sync interrupted it); a later request with
 the same request_id gets that record back (`recorded_call`, `replay`), never a second
 generation.
 """
@@ -59,6 +60,7 @@ def call_record(
 ) -> CallRecord:
     """The record of a finished call (its seq is set when it is stored)."""
     chat_json = ""
+    spans = output.spans()  # one span is the default (`CallRecord.spans`): not stored
     if request.chat is not None:
         request.chat["reply"] = message
         chat_json = json.dumps(request.chat)
@@ -71,6 +73,7 @@ def call_record(
         parent_call_id=extended_parent(output.prompt_ids, calls_of_model),
         created_at=time.time(), chat_json=chat_json, top_logprobs=output.top_logprobs,
         constrained=request.params.structural_tag is not None,
+        version_spans=spans if len(spans) > 1 else [],
     )
     if request.chat is not None:  # kept in memory for the next turn (see render.py)
         call.chat, call.rendered_text = request.chat, request.rendered_text

@@ -76,9 +76,10 @@ class EngineReplicaActor:
         async for item in self.engine.generate(prompt_ids, params):
             yield item
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> int:
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int,
+                             interrupt: bool = False) -> int:
         await self._start()
-        await self.engine.update_weights(state_dict, version)
+        await self.engine.update_weights(state_dict, version, interrupt=interrupt)
         return self.engine.policy_version
 
     async def ping(self) -> int:
@@ -141,7 +142,8 @@ class RayReplica(Engine):
                     ray.cancel(stream)
 
     async def update_weights(
-        self, state_dict: Mapping[str, torch.Tensor], policy_version: int
+        self, state_dict: Mapping[str, torch.Tensor], policy_version: int, *,
+        interrupt: bool = False,
     ) -> None:
         import ray
 
@@ -150,7 +152,8 @@ class RayReplica(Engine):
         if self._put is None or self._put[0] is not state_dict:
             self._put = (state_dict, await asyncio.to_thread(ray.put, dict(state_dict)))
         try:
-            self._version = await self.actor.update_weights.remote(self._put[1], policy_version)
+            self._version = await self.actor.update_weights.remote(
+                self._put[1], policy_version, interrupt)
         except Exception as exc:
             err = _unwrap(exc)
             if err is exc:

@@ -15,7 +15,9 @@ Invariants:
 - Weights: `update_weights` pushes to every up replica and returns only when all of them
   have the new weights; only then does `policy_version` change. A replica that is down
   meanwhile is brought to the same version before it serves again, so every replica
-  that serves a call serves the router's version (or the one being pushed).
+  that serves a call serves the router's version (or the one being pushed). An
+  interrupting push (`interrupt=True`) interrupts the calls in flight on every replica
+  (each resumes on its replica, under the new version); a readmitted replica has none.
 """
 
 from __future__ import annotations
@@ -123,13 +125,15 @@ class Router(Engine):
             self._inflight[i] -= 1
 
     async def update_weights(
-        self, state_dict: Mapping[str, torch.Tensor], policy_version: int
+        self, state_dict: Mapping[str, torch.Tensor], policy_version: int, *,
+        interrupt: bool = False,
     ) -> None:
         """Every up replica has the weights before the router's version changes."""
         async with self._weights_lock:
             targets = [i for i, up in enumerate(self._up) if up]
             results = await asyncio.gather(
-                *(self.replicas[i].update_weights(state_dict, policy_version) for i in targets),
+                *(self.replicas[i].update_weights(state_dict, policy_version, interrupt=interrupt)
+                  for i in targets),
                 return_exceptions=True)
             for i, result in zip(targets, results):
                 if isinstance(result, ReplicaDied):

@@ -36,35 +36,39 @@ async def attach_trainers(
     for host in swarm.models.values():
         if not host.trainable:
             continue
-        trainer = Trainer(training_port(swarm, host),
-                          TrainerConfig.from_options(per_model[host.name]),
+        train = TrainerConfig.from_options(per_model[host.name])
+        trainer = Trainer(training_port(swarm, host, weight_sync=train.weight_sync), train,
                           start_group=start_group)
         await trainer.start(resume=config.resume)
         host.trainer = trainer
 
 
-def training_port(swarm: Swarm, host: ModelHost) -> TrainingPort:
-    """What the trainer of `host`'s model sees of `swarm`."""
+def training_port(swarm: Swarm, host: ModelHost, *, weight_sync: str = "wait") -> TrainingPort:
+    """What the trainer of `host`'s model sees of `swarm`; `weight_sync` (the train
+    option): how its pushes reach the calls in flight."""
     if host.path is None:
         raise TrainerConfigError(f"model {host.name!r} has no weights directory to train from")
     return TrainingPort(
         model=host.name, weights_dir=host.path, data_dir=swarm.data_dir, store=swarm.store,
         metrics=swarm.telemetry, pause=swarm.pauses.holder(TRAINER, host.name),
-        weights=EngineWeights(swarm, host), active_sessions=swarm.active_session_ids,
+        weights=EngineWeights(swarm, host, interrupt=weight_sync == "interrupt"),
+        active_sessions=swarm.active_session_ids,
     )
 
 
 class EngineWeights:
     """New weights to the model's engine, then the clients told (`port.WeightsOut`)."""
 
-    def __init__(self, swarm: Swarm, host: ModelHost) -> None:
+    def __init__(self, swarm: Swarm, host: ModelHost, *, interrupt: bool = False) -> None:
+        """`interrupt`: calls in flight continue on the new weights (weight_sync=interrupt)."""
         self._swarm = swarm
         self._host = host
+        self._interrupt = interrupt
 
     @property
     def served_version(self) -> int:
         return self._host.engine.policy_version
 
     async def push(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        await self._host.engine.update_weights(state_dict, version)
+        await self._host.engine.update_weights(state_dict, version, interrupt=self._interrupt)
         await self._swarm.policy_version_changed(self._host.name, version)

@@ -20,6 +20,7 @@ BATCH_RULES = ("episodes", "groups", "varied_groups", "clients")
 PARTIAL_GROUPS = ("wait", "train")
 TASK_MIX_SHORT = ("wait", "fill")
 MODES = ("async", "sync")
+WEIGHT_SYNCS = ("wait", "interrupt")
 
 
 class TrainerConfigError(ValueError):
@@ -112,6 +113,12 @@ class TrainerConfig:
     mode: str = "async"
     """async: generation keeps running while the trainer works; sync: generation pauses
     from batch-ready until the new weights are served."""
+    weight_sync: str = "wait"
+    """How new weights reach the calls in flight. wait: they finish on the weights they
+    started with, and (hf, vLLM full weights) the sync waits for the longest of them.
+    interrupt: each is stopped at a token boundary, the weights are updated, and it
+    continues from its prompt + tokens so far under the new version (one call to the
+    client; its record's version_spans say which version made which tokens)."""
     max_pending: int = 0
     """Back-pressure (async mode): pause generation while more than this many ended
     episodes are ready to train, until half of them are trained (0 = never pause). Keeps
@@ -224,6 +231,7 @@ class TrainerConfig:
         _choice("batch_rule", self.batch_rule, BATCH_RULES)
         _choice("partial_groups", self.partial_groups, PARTIAL_GROUPS)
         _choice("mode", self.mode, MODES)
+        _choice("weight_sync", self.weight_sync, WEIGHT_SYNCS)
         positive = ("batch_size", "micro_batch_tokens", "mini_batches", "ppo_epochs",
                     "keep_checkpoints")
         for name in positive:
