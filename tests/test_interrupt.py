@@ -55,7 +55,9 @@ def versions(tiny_model_dir: Path) -> Iterator[tuple[torch.nn.Module, dict[str, 
     model, _ = load_model(tiny_model_dir)
     v0 = {k: v.clone() for k, v in model.state_dict().items()}
     gen = torch.Generator().manual_seed(0)
-    v1 = {k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in v0.items()}
+    model.load_state_dict({k: v + 0.05 * torch.randn(v.shape, generator=gen)
+                           for k, v in v0.items()})
+    v1 = {k: v.clone() for k, v in model.state_dict().items()}  # tied weights: one value
     yield model, v0, v1
 
 

@@ -1,0 +1,153 @@
+"""Interruptible weight syncs on a real `vllm serve` (the session's, from .venv-vllm):
+the call in flight is stopped at the last token it streamed (its request aborted),
+resubmitted as prompt + tokens after the reload, and returns as one call.
+
+- full weights: exactly the tokens streamed, spans [v0, v1], each span's logprobs equal a
+  plain forward at that span's weights (fp32, <= 1e-4);
+- resumed on unchanged weights, a greedy call with a stop string that vLLM no longer
+  sees (the resumed request's stop strings are applied here) gives the uninterrupted
+  call's tokens, text and finish;
+- LoRA: an interrupting adapter load moves the call to the new adapter (spans [1, 2],
+  each with its adapter's logprobs).
+The tests that change the server's weights put the original ones back. Each call runs
+among `BALLAST` other long calls, which slow the server's steps enough for the sync to
+land mid-call (they are interrupted too, and cancelled at the end)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import torch
+
+from swarmrl_server.engine.base import Engine, SamplingParams
+from swarmrl_server.engine.vllm import VLLMEngine
+from tests.engine_fixtures import MAX_LEN
+from tests.test_interrupt import PROMPT, assert_spans_exact, run_call, versions
+
+pytestmark = pytest.mark.slow
+__all__ = ["versions"]  # the fixture, shared with test_interrupt
+LONG = MAX_LEN - len(PROMPT)
+BALLAST = 32
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def ballast(engine: Engine) -> AsyncIterator[None]:
+    """`BALLAST` long calls running meanwhile (see the module docstring)."""
+    async def drain(seed: int) -> None:
+        while True:  # one call after another until cancelled
+            async for _ in engine.generate([20 + seed, 21, 22, 23], SamplingParams(
+                    temperature=1.0, max_tokens=120)):
+                pass
+
+    tasks = [asyncio.create_task(drain(seed)) for seed in range(BALLAST)]
+    try:
+        yield
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def among_ballast(engine: Engine, call: Awaitable[T]) -> T:
+    async with ballast(engine):
+        await asyncio.sleep(0.3)  # the ballast is streaming
+        return await call
+
+
+async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
+    vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
+) -> None:
+    model, v0, v1 = versions
+    engine = VLLMEngine("tiny", tiny_model_dir, urls=[vllm_url], trainable=True,
+                        weights_dir=tmp_path / "w")
+    await engine.start()
+    try:
+        params = SamplingParams(temperature=0.7, max_tokens=LONG, seed=3)
+        _, out = await among_ballast(engine, run_call(
+            engine, PROMPT, params, sync=lambda: engine.update_weights(v1, 1, interrupt=True)))
+        (va, a0, a1), (vb, b0, b1) = out.spans()
+        assert (va, a0, vb, b1) == (0, 0, 1, len(out.completion_ids)) and 3 <= a1 == b0 < b1
+        assert engine.last_sync is not None and engine.last_sync.interrupted >= 1
+        assert engine.last_sync.resume_s > 0
+        assert_spans_exact(out, model, {0: v0, 1: v1}, 0.7)
+        assert await engine.inflight() == 0  # the interrupted request is gone from vLLM
+    finally:
+        await engine.update_weights(v0, 100)  # the original weights back (a new version)
+        await engine.stop()
+
+
+async def test_vllm_resumed_on_the_same_weights_is_the_uninterrupted_call(
+    vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
+) -> None:
+    _, v0, v1 = versions
+    engine = VLLMEngine("tiny", tiny_model_dir, urls=[vllm_url], trainable=True,
+                        weights_dir=tmp_path / "w")
+    await engine.start()
+    try:
+        await engine.update_weights(v1, 1)  # greedy on v0 repeats one word: no stop string
+        _, whole = await run_call(engine, PROMPT, SamplingParams(temperature=0, max_tokens=LONG))
+        assert len(whole.text) > 40, whole.text
+        at = next(i for i in range(len(whole.text) * 2 // 3, len(whole.text) - 3)
+                  if whole.text.find(whole.text[i:i + 3]) == i and whole.text[i:i + 3].strip()
+                  and "\ufffd" not in whole.text[i:i + 3])
+        params = SamplingParams(temperature=0, max_tokens=LONG, stop=(whole.text[at:at + 3],))
+        _, plain = await run_call(engine, PROMPT, params)
+        _, resumed = await among_ballast(engine, run_call(
+            engine, PROMPT, params, sync=lambda: engine.update_weights(v1, 2, interrupt=True)))
+        assert plain.finish_reason == "stop" and plain.text == whole.text[:at]
+        assert (resumed.completion_ids, resumed.text, resumed.finish_reason) == (
+            plain.completion_ids, plain.text, plain.finish_reason)
+        assert [v for v, _, _ in resumed.spans()] == [1, 2]
+    finally:
+        await engine.update_weights(v0, 100)  # the original weights back (a new version)
+        await engine.stop()
+
+
+async def test_vllm_adapter_calls_resume_on_the_new_adapter(
+    vllm_lora_url: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from peft import set_peft_model_state_dict
+
+    from swarmrl_server.engine.adapter import AdapterEngine, LoraSpec
+    from swarmrl_server.models import load_model
+    from swarmrl_server.trainer import lora
+    from swarmrl_server.trainer.config import TrainerConfig
+
+    model = lora.wrap(load_model(tiny_model_dir)[0],
+                      TrainerConfig.from_options({"lora_rank": "8"})).eval()
+    tensors = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.05)
+        tensors.append(lora.adapter_tensors(model))
+    base = VLLMEngine("m", tiny_model_dir, urls=[vllm_lora_url], trainable=True,
+                      weights_dir=tmp_path / "w")
+    view = AdapterEngine("m", base, LoraSpec(rank=8, alpha=16), shared=[])
+    await view.start()
+    try:
+        await view.update_weights(tensors[0], 1)
+        params = SamplingParams(temperature=0.7, max_tokens=LONG, seed=4)
+        _, out = await among_ballast(view, run_call(
+            view, PROMPT, params,
+            sync=lambda: view.update_weights(tensors[1], 2, interrupt=True)))
+        assert [v for v, _, _ in out.spans()] == [1, 2] and out.policy_version == 2
+        for version, start, end in out.spans():
+            set_peft_model_state_dict(model, tensors[version - 1], adapter_name=lora.ADAPTER_NAME)
+            with torch.no_grad():
+                logits_T_V = model(input_ids=torch.tensor([PROMPT + out.completion_ids])).logits[
+                    0, len(PROMPT) - 1 : -1].float()
+            ref_T = torch.log_softmax(logits_T_V / 0.7, -1).gather(
+                1, torch.tensor(out.completion_ids)[:, None])[:, 0]
+            got_T = torch.tensor(out.logprobs[start:end])
+            assert got_T.sub(ref_T[start:end]).abs().max().item() <= 1e-4
+    finally:
+        await view.stop()
