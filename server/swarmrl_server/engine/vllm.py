@@ -177,9 +177,13 @@ class VLLMEngine(Engine):
         self._open = asyncio.Event()  # cleared while weights change: new calls wait
         self._open.set()
         self._inflight = 0
-        """Submissions streaming now (an interrupted call waiting to resume is not one)."""
+        """Requests the servers run for us now: counted by their reader tasks, so a sync
+        does not wait for a caller slow to take what was already read (an interrupted
+        call waiting to resume is none)."""
         self._calls: set[InFlight] = set()
-        self._drained = asyncio.Condition()
+        self._drained = asyncio.Event()
+        """Set while `_inflight` is 0."""
+        self._drained.set()
         self._sync_lock = asyncio.Lock()
         self._started = False
         self._stopping = False
@@ -292,10 +296,12 @@ class VLLMEngine(Engine):
             if state.resumes:
                 body = state.resume_request(body)
             call = InFlight(params.adapter, body["model"], params.structural_tag is not None)
-            self._inflight += 1
             self._calls.add(call)
             call.reader, queue = start_reader(server.client, body, params.top_logprobs,
                                               _http_error)
+            self._inflight += 1
+            self._drained.clear()
+            call.reader.add_done_callback(self._reader_done)
             first = True
             try:
                 while (item := await queue.get()) is not END:
@@ -321,13 +327,10 @@ class VLLMEngine(Engine):
             finally:
                 call.reader.cancel()  # a stop string seen here, or the caller went away
                 self._calls.discard(call)
-                self._inflight -= 1
                 if served is not None:
                     served.calls -= 1
                     if served.calls == 0 and served in self._retired:
                         asyncio.get_running_loop().create_task(self._unload_retired())
-                async with self._drained:
-                    self._drained.notify_all()
             if finish is None or (finish == "abort" and call.interrupted):
                 if not call.interrupted or self._stopping:
                     finish = "abort"
@@ -352,8 +355,7 @@ class VLLMEngine(Engine):
             self._open.clear()
             stopped = self._interrupt(lambda c: True) if interrupt else 0
             try:
-                async with self._drained:  # calls stamped with the old version finish on it
-                    await self._drained.wait_for(lambda: self._inflight == 0)
+                await self._drained.wait()  # calls stamped with the old version finish on it
                 drained = time.perf_counter()
                 await asyncio.gather(*(s.reload_weights(path, policy_version) for s in self.servers))
                 for s in self.servers:
@@ -368,6 +370,11 @@ class VLLMEngine(Engine):
             self.last_sync_s = self._opened_at - started
             self.last_sync = SyncTimes(write_s=written - started, drain_s=drained - written,
                                        reload_s=self._opened_at - drained, interrupted=stopped)
+
+    def _reader_done(self, _: asyncio.Task[None]) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._drained.set()
 
     def _interrupt(self, which: Callable[[InFlight], bool]) -> int:
         """Stops the unconstrained submissions `which` picks at their last token read; they
