@@ -307,6 +307,7 @@ def run(env: Environment, *, out: Path, model: str, train_options: Mapping[str, 
         from swarmrl._cli import main as swarmrl_cli
 
         swarmrl_cli(["plot", str(data_dir), "--out", str(out / "plots")])
+        plot_episode_rewards({out.name: out}, out / "plots" / "episode-reward.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
@@ -409,12 +410,46 @@ def with_overrides(options: Mapping[str, str], overrides: Sequence[str]) -> dict
     return out
 
 
+def plot_episode_rewards(runs: Mapping[str, Path], out: Path, window: int = 96) -> Path:
+    """Every training episode's reward (``train-episodes.jsonl``), as a moving mean over
+    `window` episodes, one line per run: what the policy earns as it samples, unlike the
+    trainer's ``reward/mean``, which averages only the groups a step trained on."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for label, folder in runs.items():
+        rewards = [float(r["reward"]) for r in read_jsonl(folder / "train-episodes.jsonl")
+                   if "reward" in r]
+        means = [sum(rewards[i - window:i]) / window for i in range(window, len(rewards) + 1)]
+        ax.plot(range(window, len(rewards) + 1), means, label=label)
+    ax.set(xlabel="training episode", ylabel=f"reward (mean of last {window})",
+           title="reward of every training episode")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m examples.env_runs RUN_DIR``: print a run's merge statistics."""
+    """``python -m examples.env_runs RUN_DIR``: print a run's merge statistics;
+    ``--episodes-plot OUT.png LABEL=RUN_DIR ...``: plot runs' training-episode rewards."""
     p = argparse.ArgumentParser(description=main.__doc__)
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("run_dirs", nargs="+", metavar="[LABEL=]RUN_DIR")
+    p.add_argument("--episodes-plot", type=Path, metavar="OUT.png",
+                   help="plot the runs' training-episode rewards instead")
     args = p.parse_args(argv)
-    print(json.dumps(merge_report(args.run_dir / "data"), indent=1))
+    runs = {label or folder: Path(folder) for label, _, folder in
+            (item.rpartition("=") for item in args.run_dirs)}
+    if args.episodes_plot:
+        print(plot_episode_rewards(runs, args.episodes_plot))
+        return
+    for folder in runs.values():
+        print(json.dumps(merge_report(folder / "data"), indent=1))
 
 
 async def gather_limited(limit: int, jobs: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:

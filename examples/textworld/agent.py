@@ -18,7 +18,10 @@ prompt + completion token for token and the server merges the episode into one
 timeline.
 
 **Reward** (from the game): ``(score / max_score + won) / 2``: the quest's points
-and the win, each half. Success (the eval's measure) is ``won``.
+and the win, each half; plus, with ``format_reward`` w > 0, w times the share of
+turns whose reply picked a command (a format reward: SmolLM2 mostly narrates, so
+nearly every game of a group is an all-``look`` loss and GRPO has nothing to compare).
+Success (the eval's measure) is ``won`` alone.
 
 TextWorld's command parser is not thread-safe: every environment call of this process
 goes through `GAME_LOCK` (the model calls, the slow part, run outside it).
@@ -61,10 +64,15 @@ class Result:
     steps: int
     commands: list[str] = field(default_factory=list)
     replies: list[str] = field(default_factory=list)
+    picked: int = 0
+    """Turns whose reply picked a command (the others fell back to ``look``)."""
+    format_reward: float = 0.0
+    """Weight of the share of picked turns in the reward."""
 
     @property
     def reward(self) -> float:
-        return (self.score / max(self.max_score, 1) + float(self.won)) / 2
+        game = (self.score / max(self.max_score, 1) + float(self.won)) / 2
+        return game + self.format_reward * self.picked / max(self.steps, 1)
 
 
 def clean(text: str) -> str:
@@ -76,6 +84,11 @@ def choose(reply: str, commands: list[str]) -> str:
     """The command a reply picks: its first number (1-based), else a command it names
     verbatim, else ``look`` (a spent step; free text never reaches the game: the
     interpreter can hang on some byte sequences a sampling model writes)."""
+    return picked(reply, commands) or "look"
+
+
+def picked(reply: str, commands: list[str]) -> str | None:
+    """The command a reply picks (see `choose`), or None when it picks none."""
     number = _NUMBER.search(reply)
     if number and 1 <= int(number.group()) <= len(commands):
         return commands[int(number.group()) - 1]
@@ -83,7 +96,7 @@ def choose(reply: str, commands: list[str]) -> str:
     for command in commands:
         if command.lower() in lowered:
             return command
-    return "look"
+    return None
 
 
 def open_game(game: str | Path, max_steps: int) -> Any:
@@ -94,7 +107,7 @@ def open_game(game: str | Path, max_steps: int) -> Any:
 
 
 def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
-         temperature: float = 1.0, max_tokens: int = 4) -> Result:
+         temperature: float = 1.0, max_tokens: int = 4, format_reward: float = 0.0) -> Result:
     """Plays one game to a win, a loss or `max_steps` commands."""
     env = open_game(game, max_steps)
     try:
@@ -105,7 +118,8 @@ def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
         feedback = infos["description"]
         messages: list[dict[str, str]] = [
             {"role": "system", "content": SYSTEM.format(objective=infos["objective"])}]
-        result = Result(won=False, score=0, max_score=int(infos["max_score"]), steps=0)
+        result = Result(won=False, score=0, max_score=int(infos["max_score"]), steps=0,
+                        format_reward=format_reward)
         done = False
         while not done and result.steps < max_steps:
             commands = sorted(infos["admissible_commands"])
@@ -117,7 +131,9 @@ def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
                 temperature=temperature, max_tokens=max_tokens,
             ).choices[0].message.content or ""
             messages.append({"role": "assistant", "content": reply})
-            command = choose(reply, commands)
+            command = picked(reply, commands)
+            result.picked += command is not None
+            command = command or "look"
             with GAME_LOCK:
                 text, score, done, infos = env.step(command)
             feedback = clean(text)
@@ -138,11 +154,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-steps", type=int, default=6)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-tokens", type=int, default=4)
+    p.add_argument("--format-reward", type=float, default=0.0, metavar="W",
+                   help="add W x the share of turns whose reply picked a command")
     args = p.parse_args(argv)
     client = OpenAI()  # OPENAI_BASE_URL / OPENAI_API_KEY
     result = play(args.game, client, os.environ.get("SWARMRL_MODEL", "smollm2"),
                   max_steps=args.max_steps, temperature=args.temperature,
-                  max_tokens=args.max_tokens)
+                  max_tokens=args.max_tokens, format_reward=args.format_reward)
     if os.environ.get("SWARMRL_REWARD_FILE"):
         Path(os.environ["SWARMRL_REWARD_FILE"]).write_text(json.dumps({"reward": result.reward}))
     print(json.dumps({**asdict(result), "reward": result.reward}))

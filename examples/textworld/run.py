@@ -93,7 +93,7 @@ class TextWorld:
             result = await asyncio.to_thread(
                 play, game, openai, model, max_steps=self.args.max_steps,
                 temperature=0.0 if evaluate else self.args.temperature,
-                max_tokens=self.args.max_tokens)
+                max_tokens=self.args.max_tokens, format_reward=self.args.format_reward)
             if evaluate:
                 await ep.abort("held-out evaluation")  # never trained on
             else:
@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-games", type=int, default=64)
     p.add_argument("--eval-games", type=int, default=40, help="held-out games")
     p.add_argument("--max-steps", type=int, default=4, help="commands per game")
+    p.add_argument("--format-reward", type=float, default=0.0, metavar="W",
+                   help="add W x the share of turns whose reply picked a command (agent.py)")
     p.set_defaults(out="runs/textworld", parallel_groups=2, batch_groups=2, max_tokens=4,
                    concurrency=16)
     return p
