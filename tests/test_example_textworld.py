@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.env_runs import Server, merge_report, train_options
-from examples.textworld.agent import choose, clean
+from examples.env_runs import Server, merge_report, plot_episode_rewards, train_options
+from examples.textworld.agent import Result, choose, clean
 from examples.textworld.run import TextWorld, build_parser
 from tests.envs_support import episode_states, trained_episode_ids
 from tests.helpers import REPO, wait_until
@@ -32,6 +32,27 @@ def test_a_reply_picks_a_command_by_number_or_name() -> None:
     assert choose("7", commands) == "look"  # out of range, names nothing: a spent step
     assert choose("\ufffd\ufffd", commands) == "look"
     assert clean("You open it.\n\n>   -= Studio =-0/1") == "You open it."
+
+
+def test_the_format_reward_pays_for_picked_turns_only() -> None:
+    lost = Result(won=False, score=0, max_score=1, steps=4, picked=3)
+    assert lost.reward == 0.0  # without the option: the game's reward alone
+    lost.format_reward = 0.2
+    assert lost.reward == pytest.approx(0.2 * 3 / 4)
+    won = Result(won=True, score=1, max_score=1, steps=1, picked=1, format_reward=0.2)
+    assert won.reward == pytest.approx(1.2)
+    assert Result(won=False, score=0, max_score=0, steps=0, format_reward=0.2).reward == 0.0
+
+
+def test_episode_rewards_plot_one_line_per_run(tmp_path: Path) -> None:
+    runs = {}
+    for name, reward in (("a", 0.1), ("b", 0.5)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train-episodes.jsonl").write_text(
+            "".join(json.dumps({"reward": reward, "game": "g"}) + "\n" for _ in range(10)))
+        runs[name] = tmp_path / name
+    out = plot_episode_rewards(runs, tmp_path / "rewards.png", window=4)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
