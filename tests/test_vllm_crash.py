@@ -2,7 +2,8 @@
 flight fails with UNAVAILABLE (retryable; engine/vllm.py's docstring, "A launched server
 that dies"), the server is restarted, gets the latest synced weights back before it
 serves again, and then serves exactly those weights (logprobs equal a transformers
-recompute to 1e-4). Launches its own server (twice: start and restart), ~2-3 min on CPU."""
+recompute to 1e-4); the same for a LoRA server, whose latest adapter is loaded again.
+Each test launches its own server (twice: start and restart), ~2-3 min on CPU."""
 
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
+from swarmrl_server.engine.base import Engine, GenerationChunk, GenerationOutput, SamplingParams
 from swarmrl_server.engine.vllm import VLLMEngine
 from swarmrl_server.engine.vllm_server import LaunchedServer
 from swarmrl_server.errors import Code, SwarmError
 from tests.engine_fixtures import MAX_LEN, VLLM_PYTHON
 from tests.helpers import assert_eventually
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # two server launches each
 PROMPT = [5, 6, 7, 8, 9, 10]
 
 
@@ -64,16 +65,69 @@ async def test_a_killed_vllm_serve_restarts_with_the_latest_weights(
     assert server.proc is not None and server.proc.poll() is not None
 
 
-async def served_exactly(engine: VLLMEngine, model: torch.nn.Module) -> None:
+async def served_exactly(engine: Engine, model: torch.nn.Module) -> GenerationOutput:
     """A call runs on version 3, with logprobs equal to `model`'s recompute (fp32)."""
     out = None
     async for item in engine.generate(PROMPT, SamplingParams(temperature=0.7, max_tokens=12,
                                                              seed=11)):
         out = item
     assert isinstance(out, GenerationOutput) and out.policy_version == 3 and out.completion_ids
+    assert logprob_error(model, out) <= 1e-4
+    return out
+
+
+def logprob_error(model: torch.nn.Module, out: GenerationOutput) -> float:
+    """Largest |served - recomputed| logprob of `out`'s tokens under `model` (T = 0.7)."""
     with torch.no_grad():
         logits_T_V = model(torch.tensor([PROMPT + out.completion_ids])).logits[
             0, len(PROMPT) - 1 : -1].float()
     ref_T = torch.log_softmax(logits_T_V / 0.7, -1).gather(
         1, torch.tensor(out.completion_ids)[:, None])[:, 0]
-    assert torch.tensor(out.logprobs).sub(ref_T).abs().max().item() <= 1e-4
+    return torch.tensor(out.logprobs).sub(ref_T).abs().max().item()
+
+
+async def test_a_killed_lora_vllm_serve_restarts_with_the_latest_adapter(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from swarmrl_server.engine.adapter import AdapterEngine, LoraSlots, LoraSpec
+    from swarmrl_server.models import load_model
+    from swarmrl_server.trainer import lora
+    from swarmrl_server.trainer.config import TrainerConfig
+
+    base = VLLMEngine("tiny", tiny_model_dir, python=VLLM_PYTHON, log_dir=tmp_path,
+                      weights_dir=tmp_path / "weights", max_model_len=MAX_LEN, trainable=True,
+                      lora=LoraSlots(adapters=1, max_rank=8))
+    view = AdapterEngine("m", base, LoraSpec(rank=8, alpha=16), shared=[])
+    model = lora.wrap(load_model(tiny_model_dir)[0], TrainerConfig.from_options(
+        {"lora_rank": "8"})).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    await view.start()
+    try:
+        server = base.servers[0]
+        assert isinstance(server, LaunchedServer)
+        await view.update_weights(lora.adapter_tensors(model), 3)
+        first = server.proc
+        assert first is not None
+        call = view.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=100, seed=1,
+                                                    stop_token_ids=()))
+        assert isinstance(await anext(call), GenerationChunk)  # in flight
+        os.killpg(first.pid, signal.SIGKILL)
+        with pytest.raises(SwarmError) as err:
+            async for _ in call:
+                pass
+        assert err.value.code == Code.UNAVAILABLE
+
+        def restarted() -> None:
+            assert server.restarts == 1 and server.proc is not first and server.ready.is_set()
+
+        await assert_eventually(restarted, timeout=600, interval=0.5)
+        # The restarted server serves adapter version 3 again (not the bare base).
+        out = await served_exactly(view, model)
+        with model.disable_adapter():
+            assert logprob_error(model, out) > 1e-3
+    finally:
+        await view.stop()
