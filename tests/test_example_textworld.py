@@ -19,7 +19,8 @@ import pytest
 
 from examples.env_runs import Server, merge_report, plot_episode_rewards, train_options
 from examples.textworld.agent import Result, choose, clean
-from examples.textworld.run import TextWorld, build_parser
+from examples.textworld.baselines import rates, wins
+from examples.textworld.run import EVAL_SEED_BASE, TextWorld, build_parser, make_games
 from tests.envs_support import episode_states, trained_episode_ids
 from tests.helpers import REPO, wait_until
 
@@ -53,6 +54,14 @@ def test_episode_rewards_plot_one_line_per_run(tmp_path: Path) -> None:
         runs[name] = tmp_path / name
     out = plot_episode_rewards(runs, tmp_path / "rewards.png", window=4)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_policies_without_a_model_give_the_chance_rate(tmp_path: Path) -> None:
+    games = make_games(1, [EVAL_SEED_BASE + 1, EVAL_SEED_BASE + 2], tmp_path)
+    assert not any(wins(g, lambda commands: "look", max_steps=4) for g in games)
+    chance = rates(games, max_steps=4, trials=3)
+    assert (chance["random"].n, chance["first"].n) == (6, 2)
+    assert rates(games, max_steps=4, trials=3) == chance  # seeded: the same plays again
 
 
 @pytest.mark.slow
