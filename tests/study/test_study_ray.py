@@ -33,8 +33,18 @@ def ray_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
             "--dashboard-host", "127.0.0.1", "--disable-usage-stats",
             *[a for k, v in ports.items() for a in (k, str(v))]]
     # Token auth (Ray's default where ~/.ray/auth_token exists), for the head and for
-    # every client of this test: the job API, `study run` and its jobs.
+    # every client of this test: the job API, `study run` and its jobs. The token is this
+    # test's own file: `ray start` never creates one (only `ray.init` does), so on a fresh
+    # machine a token mode without it stops the head.
+    from ray._private.authentication.authentication_token_generator import (
+        generate_new_authentication_token,
+    )
+
+    token = tmp_path / "ray-auth-token"
+    token.write_text(generate_new_authentication_token())
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     # Ray reads its auth mode once per process and caches it: an earlier test that imported
     # ray (verl does) would leave this process's job client sending no token (401s).
     from ray._private.authentication_test_utils import reset_auth_token_state
