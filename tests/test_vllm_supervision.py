@@ -16,6 +16,7 @@ STUB = Path(__file__).with_name("stub_vllm.py")
 
 
 async def test_a_dead_server_is_restarted_with_the_latest_weights(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 64}')  # a model dir's
     server = LaunchedServer("stub", tmp_path, python=Path(sys.executable), log_dir=tmp_path,
                             launcher=STUB, startup_timeout_s=30)
     await server.start()
