@@ -19,6 +19,7 @@ from swarmrl_server.errors import SwarmError
 from swarmrl_server.security import IN_PROCESS
 from tests.engine_fixtures import MAX_LEN
 from tests.helpers import assert_eventually
+from tests.test_vllm_interrupt import ballast
 
 pytestmark = pytest.mark.slow
 PROMPT = [5, 6, 7, 8, 9, 10]
@@ -117,30 +118,35 @@ async def test_calls_in_flight_finish_on_the_old_version(
     state = {k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()}
     try:
         # The sync waits for calls running on the server (not for a caller slow to read: a
-        # finished call's stream is read to its end by its own task). On this 128-token
-        # server a call may end before the sync's weights are written; then try again.
-        for version in (7, 8, 9):
-            previous = engine.policy_version
-            long = engine.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=120,
-                                                          seed=version, stop_token_ids=()))
-            first = await anext(long)
-            assert isinstance(first, GenerationChunk)
-            sync = asyncio.create_task(engine.update_weights(state, version))
-            # Once the weights are written the sync holds new calls (or is already over).
-            await assert_eventually(
-                lambda sync=sync: _check(not engine._open.is_set() or sync.done()), timeout=60)
-            late = asyncio.create_task(run(engine, SamplingParams(temperature=0, max_tokens=4)))
-            old = [item async for item in long][-1]
-            assert isinstance(old, GenerationOutput) and old.policy_version == previous
-            await sync
-            new = await late  # it waited for the sync: it runs on the new weights
-            assert new.policy_version == version == engine.policy_version
-            assert await engine.servers[0].weight_version() == str(version)
-            assert engine.last_sync is not None
-            if engine.last_sync.drain_s > 0.01:  # the sync waited for the call in flight
-                break
-        else:
-            pytest.fail("every sync found its call already finished on the server")
+        # finished call's stream is read to its end by its own task). Long calls running
+        # meanwhile (`ballast`) slow the server's steps so that the sync lands mid-call; a
+        # call that still ended before the sync's weights were written tries again.
+        async with ballast(engine):
+            await asyncio.sleep(0.3)  # the ballast is streaming
+            for version in (7, 8, 9):
+                previous = engine.policy_version
+                long = engine.generate(PROMPT, SamplingParams(
+                    temperature=1.0, max_tokens=120, seed=version, stop_token_ids=()))
+                first = await anext(long)
+                assert isinstance(first, GenerationChunk)
+                sync = asyncio.create_task(engine.update_weights(state, version))
+                # Once the weights are written the sync holds new calls (or is over).
+                await assert_eventually(
+                    lambda sync=sync: _check(not engine._open.is_set() or sync.done()),
+                    timeout=60)
+                late = asyncio.create_task(run(engine, SamplingParams(temperature=0,
+                                                                      max_tokens=4)))
+                old = [item async for item in long][-1]
+                assert isinstance(old, GenerationOutput) and old.policy_version == previous
+                await sync
+                new = await late  # it waited for the sync: it runs on the new weights
+                assert new.policy_version == version == engine.policy_version
+                assert await engine.servers[0].weight_version() == str(version)
+                assert engine.last_sync is not None
+                if engine.last_sync.drain_s > 0.01:  # the sync waited for calls in flight
+                    break
+            else:
+                pytest.fail("every sync found no call running on the server")
         # Trainable models refuse top_p < 1: vLLM's logprobs would be the nucleus's.
         with pytest.raises(SwarmError) as err:
             await run(engine, SamplingParams(temperature=1.0, top_p=0.9))

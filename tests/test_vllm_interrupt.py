@@ -18,7 +18,7 @@ at most three times."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,7 +28,7 @@ import torch
 
 from swarmrl_server.engine.base import Engine, SamplingParams
 from swarmrl_server.engine.vllm import VLLMEngine
-from tests.engine_fixtures import MAX_LEN
+from tests.engine_fixtures import MAX_LEN, launch_vllm
 from tests.test_interrupt import PROMPT, assert_spans_exact, run_call, versions
 
 pytestmark = pytest.mark.slow
@@ -36,6 +36,16 @@ __all__ = ["versions"]  # the fixture, shared with test_interrupt
 LONG = MAX_LEN - len(PROMPT)
 BALLAST = 32
 T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def own_vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[str]:
+    """This module's own `vllm serve` of the tiny model (as `vllm_url`). On the session's
+    server these tests failed only when run after tests/test_trainer_vllm.py (a first
+    span's logprobs off the base weights; a sync that never landed mid-call): a call timed
+    against a sync needs a server no other test has driven."""
+    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm-interrupt"))
 
 
 @asynccontextmanager
@@ -63,10 +73,10 @@ async def among_ballast(engine: Engine, call: Awaitable[T]) -> T:
 
 
 async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
-    vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
+    own_vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
 ) -> None:
     model, v0, v1 = versions
-    engine = VLLMEngine("tiny", tiny_model_dir, urls=[vllm_url], trainable=True,
+    engine = VLLMEngine("tiny", tiny_model_dir, urls=[own_vllm_url], trainable=True,
                         weights_dir=tmp_path / "w")
     await engine.start()
     try:
@@ -91,10 +101,10 @@ async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
 
 
 async def test_vllm_resumed_on_the_same_weights_is_the_uninterrupted_call(
-    vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
+    own_vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
 ) -> None:
     _, v0, v1 = versions
-    engine = VLLMEngine("tiny", tiny_model_dir, urls=[vllm_url], trainable=True,
+    engine = VLLMEngine("tiny", tiny_model_dir, urls=[own_vllm_url], trainable=True,
                         weights_dir=tmp_path / "w")
     await engine.start()
     try:
