@@ -76,6 +76,10 @@ def ray_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
         _, alive = psutil.wait_procs([p for p in map(_proc, family) if p], timeout=30)
         for p in alive:
             p.kill()
+        # Back to this process's own Ray auth settings: Ray caches them, and a later
+        # `ray.init` here would start its cluster with a new token but send this one.
+        monkeypatch.undo()
+        reset_auth_token_state()
 
 
 def _proc(pid: int) -> psutil.Process | None:
