@@ -13,7 +13,7 @@ The tests that change the server's weights put the original ones back. Each call
 among `BALLAST` other long calls, which slow the server's steps enough for the sync to
 land mid-call (they are interrupted too, and cancelled at the end); a test whose call
 still ended before its sync (the write of the weights competes for the CPU) tries again,
-at most three times."""
+at most nine times."""
 
 from __future__ import annotations
 
@@ -44,7 +44,9 @@ def own_vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
     """This module's own `vllm serve` of the tiny model (as `vllm_url`). On the session's
     server these tests failed only when run after tests/test_trainer_vllm.py (a first
     span's logprobs off the base weights; a sync that never landed mid-call): a call timed
-    against a sync needs a server no other test has driven."""
+    against a sync needs a server no other test has driven. (The resume-on-the-same-
+    weights test stays on the session's server: on a fresh one its sync never landed
+    before the stop string; not understood yet.)"""
     yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm-interrupt"))
 
 
@@ -81,7 +83,7 @@ async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
     await engine.start()
     try:
         params = SamplingParams(temperature=0.7, max_tokens=LONG, seed=3)
-        for version in (1, 3, 5):  # the sync must land before the call ends: retried
+        for version in range(1, 19, 2):  # the sync must land before the call ends: retried
             _, out = await among_ballast(engine, run_call(
                 engine, PROMPT, params,
                 sync=lambda v=version: engine.update_weights(v1, v, interrupt=True)))
@@ -101,10 +103,10 @@ async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
 
 
 async def test_vllm_resumed_on_the_same_weights_is_the_uninterrupted_call(
-    own_vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
+    vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
 ) -> None:
     _, v0, v1 = versions
-    engine = VLLMEngine("tiny", tiny_model_dir, urls=[own_vllm_url], trainable=True,
+    engine = VLLMEngine("tiny", tiny_model_dir, urls=[vllm_url], trainable=True,
                         weights_dir=tmp_path / "w")
     await engine.start()
     try:
@@ -116,7 +118,7 @@ async def test_vllm_resumed_on_the_same_weights_is_the_uninterrupted_call(
                   and "\ufffd" not in whole.text[i:i + 3])
         params = SamplingParams(temperature=0, max_tokens=LONG, stop=(whole.text[at:at + 3],))
         _, plain = await run_call(engine, PROMPT, params)
-        for version in (2, 4, 6):  # the sync must land before the stop string: retried
+        for version in range(2, 20, 2):  # the sync must land before the stop string: retried
             _, resumed = await among_ballast(engine, run_call(
                 engine, PROMPT, params,
                 sync=lambda v=version: engine.update_weights(v1, v, interrupt=True)))
@@ -159,7 +161,7 @@ async def test_vllm_adapter_calls_resume_on_the_new_adapter(
     try:
         await view.update_weights(tensors[0], 1)
         params = SamplingParams(temperature=0.7, max_tokens=LONG, seed=4)
-        for version in (2, 4, 6):  # the load must land before the call ends: retried
+        for version in range(2, 20, 2):  # the load must land before the call ends: retried
             _, out = await among_ballast(view, run_call(
                 view, PROMPT, params,
                 sync=lambda v=version: view.update_weights(tensors[1], v, interrupt=True)))
