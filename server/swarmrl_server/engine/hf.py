@@ -2,14 +2,16 @@
 
 One scheduler thread owns the model (torch work must never block the asyncio
 loop of the gRPC server). It takes every waiting request (up to
-`max_batch_size`) as a *wave*, left-pads the prompts, runs one batched prefill
-and then decodes token by token with the KV cache. Each new token is streamed to
-its caller's asyncio queue with `loop.call_soon_threadsafe`. Rows that finish,
-or whose caller went away, leave the batch (and the cache) at once, so they cost
-nothing more; requests that arrive meanwhile wait for the next wave.
+`max_batch_size`) as a *wave*, prefills the prompts (left-padded, in length
+buckets) and then decodes token by token with the KV cache (`hf_batch.Batch`). Each
+new token is streamed to its caller's asyncio queue with `loop.call_soon_threadsafe`.
+Rows that finish, or whose caller went away, leave the batch (and the cache) at once,
+so they cost nothing more; requests that arrive meanwhile are prefilled and join the
+running wave after its next decode step (continuous batching), up to `max_batch_size`.
 
-Weights change only between waves. A plain update waits for the wave to end, so all
-tokens of one call come from one policy version. An interrupting one (`interrupt=True`,
+Weights change only between waves. A plain update waits for the wave to end (no row
+joins a wave while an update waits, so it drains), and all tokens of one call come
+from one policy version. An interrupting one (`interrupt=True`,
 the trainer's weight_sync=interrupt) ends the wave at the next token boundary instead:
 its unfinished rows go back to the front of the queue with their whole state (text
 stream, generator, grammar matcher, tokens so far), the update applies, and the next
@@ -53,6 +55,8 @@ from swarmrl_server.engine.base import (
 )
 from swarmrl_server.engine.grammar import GrammarCompiler
 from swarmrl_server.engine.hf_adapters import HFAdapters
+from swarmrl_server.engine.hf_attention import use_gqa_sdpa
+from swarmrl_server.engine.hf_batch import Batch, plain_cache
 from swarmrl_server.engine.hf_rows import Row, emit, join_chunks, sample_step
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, internal, invalid, unavailable
@@ -71,6 +75,8 @@ class EngineStats:
     """Waves (batched prefill + decode loops) started."""
     wave_sizes: tuple[int, ...]
     """Rows in each of the most recent waves (at most 1000), oldest first."""
+    admitted: int
+    """Rows that joined a running wave (not counted in `wave_sizes`)."""
     steps: int
     """Decode steps (batched forward passes after the prefill)."""
     tokens_generated: int
@@ -112,6 +118,7 @@ class HFEngine(Engine):
             raise ValueError("max_batch_size must be >= 1")
         self.name = name
         self.model = model.eval()
+        use_gqa_sdpa(self.model)  # grouped kv heads read in place (engine.hf_attention)
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.batch_window_s = batch_window_s
@@ -120,6 +127,8 @@ class HFEngine(Engine):
         embeddings: torch.nn.Embedding = model.get_input_embeddings()  # type: ignore[assignment]
         self.vocab_size = int(embeddings.num_embeddings)
         self.eos_token_ids = self._end_of_turn_ids()
+        self._joinable = plain_cache(model)
+        """Rows may join a running wave, and a wave prefills in buckets (`hf_batch`)."""
         pad = tokenizer.pad_token_id
         self._pad_id = int(pad) if pad is not None else self.eos_token_ids[0]
 
@@ -134,6 +143,7 @@ class HFEngine(Engine):
         self._model_lock = threading.Lock()
         self._waves = 0
         self._wave_sizes: collections.deque[int] = collections.deque(maxlen=1000)
+        self._admitted = 0
         self._steps = 0
         self._tokens = 0
         self._active = 0
@@ -172,6 +182,7 @@ class HFEngine(Engine):
             return EngineStats(
                 waves=self._waves,
                 wave_sizes=tuple(self._wave_sizes),
+                admitted=self._admitted,
                 steps=self._steps,
                 tokens_generated=self._tokens,
                 active_rows=self._active,
@@ -381,65 +392,55 @@ class HFEngine(Engine):
 
     @torch.inference_mode()
     def _decode_wave(self, rows: list[Row]) -> None:
-        """Prefill + decode loop for one wave; every row ends with a GenerationOutput."""
-        from transformers import DynamicCache
+        """Prefill + decode loop for one wave; every row ends with a GenerationOutput.
 
-        contexts = [r.context() for r in rows]  # a resumed row: prompt + tokens so far
-        B, T = len(rows), max(len(c) for c in contexts)
-        ids_B_T = torch.full((B, T), self._pad_id, dtype=torch.long)
-        mask_B_T = torch.zeros((B, T), dtype=torch.long)
-        for i, c in enumerate(contexts):
-            ids_B_T[i, T - len(c) :] = torch.tensor(c)
-            mask_B_T[i, T - len(c) :] = 1
-        # Left padding: real tokens are numbered from 0 in each row, pads are masked.
-        pos_B_T = (mask_B_T.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        out = self.model(
-            input_ids=ids_B_T,
-            attention_mask=mask_B_T,
-            position_ids=pos_B_T,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-            **self._adapters.forward_kwargs(rows),
-        )
-        logits_B_V = out.logits[:, -1, :].float()
-        next_pos_B = mask_B_T.sum(-1)
+        `rows` grows by the rows admitted mid-wave (the caller answers them all if the
+        wave fails)."""
+        batch = Batch.prefill(self.model, list(rows), self._pad_id,
+                              self._adapters.forward_kwargs, bucketed=self._joinable)
         while True:
             if self._stopping:
-                for r in rows:  # text held back (a partial character) is dropped
+                for r in batch.rows:  # text held back (a partial character) is dropped
                     r.finish("abort", r.version)
                 return
-            tokens_B = self._sample_and_emit(rows, logits_B_V)
-            if any(r.resumed for r in rows):
-                self._resumed(rows)
-            keep = [i for i, r in enumerate(rows) if not r.cancelled]
+            tokens_B = self._sample_and_emit(batch.rows, batch.logits_B_V)
+            if any(r.resumed for r in batch.rows):
+                self._resumed(batch.rows)
+            keep = [i for i, r in enumerate(batch.rows) if not r.cancelled]
             if not keep:
                 return
             if self._interrupting:  # at a token boundary: the rest of the wave waits
-                self._requeue([rows[i] for i in keep])
+                self._requeue([batch.rows[i] for i in keep])
                 return
-            if len(keep) < len(rows):  # drop finished/cancelled rows from every tensor
-                keep_K = torch.tensor(keep)
-                cache.batch_select_indices(keep_K)
-                mask_B_T, next_pos_B = mask_B_T[keep_K], next_pos_B[keep_K]
-                tokens_B = tokens_B[keep_K]
-                rows = [rows[i] for i in keep]
-                with self._cond:
-                    self._active = len(rows)
-            mask_B_T = torch.cat([mask_B_T, mask_B_T.new_ones((len(rows), 1))], dim=-1)
-            out = self.model(
-                input_ids=tokens_B[:, None],
-                attention_mask=mask_B_T,
-                position_ids=next_pos_B[:, None],
-                past_key_values=cache,
-                use_cache=True,
-                **self._adapters.forward_kwargs(rows),
-            )
-            logits_B_V = out.logits[:, -1, :].float()
-            next_pos_B = next_pos_B + 1
+            if len(keep) < len(batch.rows):  # finished/cancelled rows leave every tensor
+                batch.select(keep)
+                tokens_B = tokens_B[torch.tensor(keep)]
+            batch.decode(self.model, tokens_B, self._adapters.forward_kwargs(batch.rows))
+            newcomers = self._admit(len(batch.rows))
+            if newcomers:
+                rows.extend(newcomers)
+                batch.join(Batch.prefill(self.model, newcomers, self._pad_id,
+                                         self._adapters.forward_kwargs))
             with self._cond:
                 self._steps += 1
+                self._active = len(batch.rows)
+
+    def _admit(self, active: int) -> list[Row]:
+        """Waiting rows that join the running wave now (continuous batching): up to the
+        batch size, and none while a weight update waits, so that the wave drains for it."""
+        if not self._joinable:
+            return []
+        with self._cond:
+            if self._updates or self._stopping:
+                return []
+            n = min(len(self._waiting), self.max_batch_size - active)
+            taken = [self._waiting.popleft() for _ in range(n)]
+            self._admitted += n
+        rows = [r for r in taken if not r.cancelled]
+        for r in rows:
+            r.version = self._adapters.version_of(r, self._policy_version)
+            r.spans.at(r.version, len(r.completion_ids))
+        return rows
 
     def _requeue(self, rows: list[Row]) -> None:
         """Puts an interrupted wave's unfinished rows back at the front of the queue, with
