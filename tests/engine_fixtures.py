@@ -11,14 +11,17 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
 from swarmrl_server.engine.base import Engine
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_LEN = 128
 """Context length of the test engines (short: the limit is cheap to reach)."""
@@ -97,3 +100,27 @@ async def make_engine(kind: str, model_dir: Path, vllm_url: str = "", **kwargs: 
         raise ValueError(kind)
     await engine.start()
     return engine
+
+
+def random_adapters(model_dir: Path, seeds: Sequence[int], rank: int = 8
+                    ) -> tuple[Any, list[dict[str, torch.Tensor]]]:
+    """The model at `model_dir` wrapped in a rank-`rank` LoRA adapter (swarmrl's trainer
+    wrapping), and one adapter per seed: lora_B drawn from N(0, 0.05), so that (unlike
+    peft's B = 0 start) each changes the model's output. The model ends holding the last."""
+    import torch
+
+    from swarmrl_server.models import load_model
+    from swarmrl_server.trainer import lora
+    from swarmrl_server.trainer.config import TrainerConfig
+
+    model = lora.wrap(load_model(model_dir)[0],
+                      TrainerConfig.from_options({"lora_rank": str(rank)})).eval()
+    adapters = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.normal_(0, 0.05)
+        adapters.append(lora.adapter_tensors(model))
+    return model, adapters

@@ -24,6 +24,7 @@ from swarmrl_server.engine.adapter import AdapterEngine
 from swarmrl_server.engine.base import SamplingParams
 from swarmrl_server.engine.vllm import VLLMEngine
 from swarmrl_server.security import IN_PROCESS
+from tests.engine_fixtures import random_adapters
 from tests.helpers import assert_eventually
 from tests.test_lora_serving import recompute
 from tests.test_trainer_vllm import PROMPT, run
@@ -119,21 +120,10 @@ async def test_a_call_finishes_on_the_adapter_version_it_started_on(
     unloaded."""
     from swarmrl_server.engine.adapter import LoraSpec
     from swarmrl_server.engine.base import GenerationChunk, GenerationOutput
-    from swarmrl_server.models import load_model
     from swarmrl_server.trainer import lora
-    from swarmrl_server.trainer.config import TrainerConfig
 
-    config = TrainerConfig.from_options({"lora_rank": "8"})
-    model = lora.wrap(load_model(tiny_model_dir)[0], config).eval()
+    model, versions = random_adapters(tiny_model_dir, (1, 2))
     spec = LoraSpec(rank=8, alpha=16)
-    versions = []
-    for seed in (1, 2):
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if "lora_B" in n:
-                    p.normal_(0, 0.05)
-        versions.append(lora.adapter_tensors(model))
     base = VLLMEngine("m", tiny_model_dir, urls=[vllm_lora_url], trainable=True,
                       weights_dir=tmp_path / "w")
     view = AdapterEngine("m", base, spec, shared=[])

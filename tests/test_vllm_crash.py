@@ -18,7 +18,7 @@ from swarmrl_server.engine.base import Engine, GenerationChunk, GenerationOutput
 from swarmrl_server.engine.vllm import VLLMEngine
 from swarmrl_server.engine.vllm_server import LaunchedServer
 from swarmrl_server.errors import Code, SwarmError
-from tests.engine_fixtures import MAX_LEN, VLLM_PYTHON
+from tests.engine_fixtures import MAX_LEN, VLLM_PYTHON, random_adapters
 from tests.helpers import assert_eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # two server launches each
@@ -90,26 +90,17 @@ async def test_a_killed_lora_vllm_serve_restarts_with_the_latest_adapter(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     from swarmrl_server.engine.adapter import AdapterEngine, LoraSlots, LoraSpec
-    from swarmrl_server.models import load_model
-    from swarmrl_server.trainer import lora
-    from swarmrl_server.trainer.config import TrainerConfig
 
     base = VLLMEngine("tiny", tiny_model_dir, python=VLLM_PYTHON, log_dir=tmp_path,
                       weights_dir=tmp_path / "weights", max_model_len=MAX_LEN, trainable=True,
                       lora=LoraSlots(adapters=1, max_rank=8))
     view = AdapterEngine("m", base, LoraSpec(rank=8, alpha=16), shared=[])
-    model = lora.wrap(load_model(tiny_model_dir)[0], TrainerConfig.from_options(
-        {"lora_rank": "8"})).eval()
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.05)
+    model, (adapter,) = random_adapters(tiny_model_dir, (0,))
     await view.start()
     try:
         server = base.servers[0]
         assert isinstance(server, LaunchedServer)
-        await view.update_weights(lora.adapter_tensors(model), 3)
+        await view.update_weights(adapter, 3)
         first = server.proc
         assert first is not None
         call = view.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=100, seed=1,

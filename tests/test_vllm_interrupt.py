@@ -18,7 +18,7 @@ at most nine times."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 import pytest
 import torch
 
-from swarmrl_server.engine.base import Engine, SamplingParams
+from swarmrl_server.engine.base import Engine, GenerationOutput, SamplingParams
 from swarmrl_server.engine.vllm import VLLMEngine
-from tests.engine_fixtures import MAX_LEN, launch_vllm
+from tests.engine_fixtures import MAX_LEN, launch_vllm, random_adapters
 from tests.test_interrupt import PROMPT, assert_spans_exact, run_call, versions
 
 pytestmark = pytest.mark.slow
@@ -74,6 +74,23 @@ async def among_ballast(engine: Engine, call: Awaitable[T]) -> T:
         return await call
 
 
+async def interrupted_call(engine: Engine, params: SamplingParams,
+                           sync: Callable[[int], Awaitable[None]],
+                           reset: Callable[[int], Awaitable[None]], first: int
+                           ) -> tuple[int, GenerationOutput]:
+    """Runs a call among the ballast and, once it streams, `sync(version)` (an interrupting
+    update), until the sync lands mid-call (two spans; at most 9 tries). A try whose call
+    ended first is followed by `reset(version + 1)` (its weights back). Returns the
+    sync's version and the call."""
+    for version in range(first, first + 18, 2):
+        _, out = await among_ballast(engine, run_call(
+            engine, PROMPT, params, sync=lambda v=version: sync(v)))
+        if len(out.spans()) == 2:
+            return version, out
+        await reset(version + 1)
+    raise AssertionError("no sync landed mid-call in 9 tries")
+
+
 async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
     own_vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
 ) -> None:
@@ -83,13 +100,9 @@ async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
     await engine.start()
     try:
         params = SamplingParams(temperature=0.7, max_tokens=LONG, seed=3)
-        for version in range(1, 19, 2):  # the sync must land before the call ends: retried
-            _, out = await among_ballast(engine, run_call(
-                engine, PROMPT, params,
-                sync=lambda v=version: engine.update_weights(v1, v, interrupt=True)))
-            if len(out.spans()) == 2:
-                break
-            await engine.update_weights(v0, version + 1)
+        version, out = await interrupted_call(
+            engine, params, lambda v: engine.update_weights(v1, v, interrupt=True),
+            lambda v: engine.update_weights(v0, v), first=1)
         (va, a0, a1), (vb, b0, b1) = out.spans()
         assert (va, a0, vb, b1) == (version - 1, 0, version, len(out.completion_ids))
         assert 3 <= a1 == b0 < b1
@@ -118,13 +131,9 @@ async def test_vllm_resumed_on_the_same_weights_is_the_uninterrupted_call(
                   and "\ufffd" not in whole.text[i:i + 3])
         params = SamplingParams(temperature=0, max_tokens=LONG, stop=(whole.text[at:at + 3],))
         _, plain = await run_call(engine, PROMPT, params)
-        for version in range(2, 20, 2):  # the sync must land before the stop string: retried
-            _, resumed = await among_ballast(engine, run_call(
-                engine, PROMPT, params,
-                sync=lambda v=version: engine.update_weights(v1, v, interrupt=True)))
-            if len(resumed.spans()) == 2:
-                break
-            await engine.update_weights(v1, version + 1)
+        version, resumed = await interrupted_call(  # the sync lands before the stop string
+            engine, params, lambda v: engine.update_weights(v1, v, interrupt=True),
+            lambda v: engine.update_weights(v1, v), first=2)
         assert plain.finish_reason == "stop" and plain.text == whole.text[:at]
         assert (resumed.completion_ids, resumed.text, resumed.finish_reason) == (
             plain.completion_ids, plain.text, plain.finish_reason)
@@ -140,20 +149,9 @@ async def test_vllm_adapter_calls_resume_on_the_new_adapter(
     from peft import set_peft_model_state_dict
 
     from swarmrl_server.engine.adapter import AdapterEngine, LoraSpec
-    from swarmrl_server.models import load_model
     from swarmrl_server.trainer import lora
-    from swarmrl_server.trainer.config import TrainerConfig
 
-    model = lora.wrap(load_model(tiny_model_dir)[0],
-                      TrainerConfig.from_options({"lora_rank": "8"})).eval()
-    tensors = []
-    for seed in (1, 2):
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if "lora_B" in n:
-                    p.normal_(0, 0.05)
-        tensors.append(lora.adapter_tensors(model))
+    model, tensors = random_adapters(tiny_model_dir, (1, 2))
     base = VLLMEngine("resumed", tiny_model_dir, urls=[vllm_lora_url], trainable=True,
                       weights_dir=tmp_path / "w")
     view = AdapterEngine("resumed", base, LoraSpec(rank=8, alpha=16), shared=[])
@@ -161,13 +159,9 @@ async def test_vllm_adapter_calls_resume_on_the_new_adapter(
     try:
         await view.update_weights(tensors[0], 1)
         params = SamplingParams(temperature=0.7, max_tokens=LONG, seed=4)
-        for version in range(2, 20, 2):  # the load must land before the call ends: retried
-            _, out = await among_ballast(view, run_call(
-                view, PROMPT, params,
-                sync=lambda v=version: view.update_weights(tensors[1], v, interrupt=True)))
-            if len(out.spans()) == 2:
-                break
-            await view.update_weights(tensors[0], version + 1)
+        version, out = await interrupted_call(
+            view, params, lambda v: view.update_weights(tensors[1], v, interrupt=True),
+            lambda v: view.update_weights(tensors[0], v), first=2)
         assert [v for v, _, _ in out.spans()] == [version - 1, version]
         assert out.policy_version == version
         for v, start, end in out.spans():
