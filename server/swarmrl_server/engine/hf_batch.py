@@ -55,12 +55,15 @@ class GrowingLayer(DynamicLayer):
     replaced it: rows selected, joined, trimmed or padded), the next append moves it to
     a new buffer: one copy, as `torch.cat` made at every step."""
 
+    _room: tuple[torch.Tensor, torch.Tensor] | None = None
+    """The key and value buffers that `keys` and `values` are views of."""
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized or self.keys.numel() == 0:
             return super().update(key_states, value_states, *args, **kwargs)
         used, add = self.keys.shape[-2], key_states.shape[-2]
-        bufs = getattr(self, "_buffers", None)
+        bufs = self._room
         if (bufs is None or self.keys.data_ptr() != bufs[0].data_ptr()
                 or self.keys.shape[:2] != bufs[0].shape[:2] or used + add > bufs[0].shape[-2]):
             room = used + add + max(64, used // 4)
@@ -68,7 +71,7 @@ class GrowingLayer(DynamicLayer):
                          for t in (self.keys, self.values))
             bufs[0][:, :, :used] = self.keys
             bufs[1][:, :, :used] = self.values
-            self._buffers = bufs
+            self._room = bufs
         bufs[0][:, :, used:used + add] = key_states
         bufs[1][:, :, used:used + add] = value_states
         self.keys, self.values = bufs[0][:, :, :used + add], bufs[1][:, :, :used + add]
