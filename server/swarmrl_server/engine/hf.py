@@ -370,9 +370,7 @@ class HFEngine(Engine):
         rows = [r for r in wave if not r.cancelled]
         if not rows:
             return
-        for r in rows:  # loads wait for the wave (or interrupt it: a new span)
-            r.version = self._adapters.version_of(r, self._policy_version)
-            r.spans.at(r.version, len(r.completion_ids))
+        self._start(rows)
         with self._cond:
             self._waves += 1
             self._wave_sizes.append(len(rows))
@@ -434,13 +432,17 @@ class HFEngine(Engine):
             if self._updates or self._stopping:
                 return []
             n = min(len(self._waiting), self.max_batch_size - active)
-            taken = [self._waiting.popleft() for _ in range(n)]
-            self._admitted += n
-        rows = [r for r in taken if not r.cancelled]
+            rows = [r for r in (self._waiting.popleft() for _ in range(n)) if not r.cancelled]
+            self._admitted += len(rows)
+        self._start(rows)
+        return rows
+
+    def _start(self, rows: list[Row]) -> None:
+        """Rows starting (or resuming) on the weights loaded now: their version, and a new
+        span from their next token. Loads wait for the rows (or interrupt them)."""
         for r in rows:
             r.version = self._adapters.version_of(r, self._policy_version)
             r.spans.at(r.version, len(r.completion_ids))
-        return rows
 
     def _requeue(self, rows: list[Row]) -> None:
         """Puts an interrupted wave's unfinished rows back at the front of the queue, with

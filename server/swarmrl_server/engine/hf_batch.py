@@ -89,11 +89,9 @@ def new_cache(model: Any) -> Any:
 
 
 def plain_cache(model: Any) -> bool:
-    """Whether every layer of `model`'s cache is a plain `DynamicLayer` (see the module
-    docstring)."""
-    from transformers import DynamicCache
-
-    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+    """Whether every layer of `model`'s cache is a plain `DynamicLayer`, i.e. `new_cache`
+    makes them `GrowingLayer`s (see the module docstring)."""
+    return all(isinstance(layer, GrowingLayer) for layer in new_cache(model).layers)
 
 
 def buckets(lengths: Sequence[int], waste: float = PREFILL_WASTE) -> list[list[int]]:
