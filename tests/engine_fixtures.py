@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 MAX_LEN = 128
 """Context length of the test engines (short: the limit is cheap to reach)."""
+LONG_CONTEXT = 1024
+"""Context length of the vLLM servers whose tests time an event (a kill, a weight sync)
+against a call in flight: a call of ~1,000 tokens still runs seconds after it started,
+even when the test reads its stream well behind the server (a loaded machine)."""
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = Path(os.environ.get("SWARMRL_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
@@ -40,22 +44,25 @@ def vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 def vllm_lora_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[str]:
     """URL of a real `vllm serve --enable-lora` of the tiny model (2 adapters of rank <= 8,
-    loaded at runtime), launched as `VLLMEngine` launches one for LoRA models."""
+    loaded at runtime; context `LONG_CONTEXT`), launched as `VLLMEngine` launches one for
+    LoRA models."""
     from swarmrl_server.engine.adapter import LoraSlots
 
     yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm-lora"),
+                           max_model_len=LONG_CONTEXT,
                            extra_args=LoraSlots(2, 8).serve_args(),
                            extra_env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
 
 
-def launch_vllm(model_dir: Path, log_dir: Path, **kwargs: Any) -> Iterator[str]:
+def launch_vllm(model_dir: Path, log_dir: Path, max_model_len: int = MAX_LEN, **kwargs: Any
+                ) -> Iterator[str]:
     """Starts `vllm serve` exactly as `LaunchedServer` does, yields its URL, stops it."""
     from swarmrl_server.engine.vllm_server import LaunchedServer
 
     if not VLLM_PYTHON.exists():  # a failure, not a skip: `make test` builds it
         pytest.fail(f"no vLLM venv at {VLLM_PYTHON}: run `make vllm-venv`")
     server = LaunchedServer("tiny", model_dir, python=VLLM_PYTHON, log_dir=log_dir,
-                            max_model_len=MAX_LEN, **kwargs)
+                            max_model_len=max_model_len, **kwargs)
     proc = server._spawn()
     try:
         deadline = time.monotonic() + 400

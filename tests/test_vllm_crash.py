@@ -18,11 +18,13 @@ from swarmrl_server.engine.base import Engine, GenerationChunk, GenerationOutput
 from swarmrl_server.engine.vllm import VLLMEngine
 from swarmrl_server.engine.vllm_server import LaunchedServer
 from swarmrl_server.errors import Code, SwarmError
-from tests.engine_fixtures import MAX_LEN, VLLM_PYTHON, random_adapters
+from tests.engine_fixtures import LONG_CONTEXT, VLLM_PYTHON, random_adapters
 from tests.helpers import assert_eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # two server launches each
 PROMPT = [5, 6, 7, 8, 9, 10]
+LONG = LONG_CONTEXT - len(PROMPT)
+"""The killed call's max_tokens: it is still running when the kill lands (LONG_CONTEXT)."""
 
 
 async def test_a_killed_vllm_serve_restarts_with_the_latest_weights(
@@ -31,7 +33,7 @@ async def test_a_killed_vllm_serve_restarts_with_the_latest_weights(
     from swarmrl_server.models import load_model
 
     engine = VLLMEngine("tiny", tiny_model_dir, python=VLLM_PYTHON, log_dir=tmp_path,
-                        weights_dir=tmp_path / "weights", max_model_len=MAX_LEN, trainable=True)
+                        weights_dir=tmp_path / "weights", max_model_len=LONG_CONTEXT, trainable=True)
     await engine.start()
     server = engine.servers[0]
     assert isinstance(server, LaunchedServer)
@@ -44,7 +46,7 @@ async def test_a_killed_vllm_serve_restarts_with_the_latest_weights(
         await served_exactly(engine, model)
         first = server.proc
         assert first is not None
-        call = engine.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=100, seed=1,
+        call = engine.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=LONG, seed=1,
                                                       stop_token_ids=()))
         assert isinstance(await anext(call), GenerationChunk)  # in flight
         os.killpg(first.pid, signal.SIGKILL)  # the API server and its engine core
@@ -92,7 +94,7 @@ async def test_a_killed_lora_vllm_serve_restarts_with_the_latest_adapter(
     from swarmrl_server.engine.adapter import AdapterEngine, LoraSlots, LoraSpec
 
     base = VLLMEngine("tiny", tiny_model_dir, python=VLLM_PYTHON, log_dir=tmp_path,
-                      weights_dir=tmp_path / "weights", max_model_len=MAX_LEN, trainable=True,
+                      weights_dir=tmp_path / "weights", max_model_len=LONG_CONTEXT, trainable=True,
                       lora=LoraSlots(adapters=1, max_rank=8))
     view = AdapterEngine("m", base, LoraSpec(rank=8, alpha=16), shared=[])
     model, (adapter,) = random_adapters(tiny_model_dir, (0,))
@@ -103,7 +105,7 @@ async def test_a_killed_lora_vllm_serve_restarts_with_the_latest_adapter(
         await view.update_weights(adapter, 3)
         first = server.proc
         assert first is not None
-        call = view.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=100, seed=1,
+        call = view.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=LONG, seed=1,
                                                     stop_token_ids=()))
         assert isinstance(await anext(call), GenerationChunk)  # in flight
         os.killpg(first.pid, signal.SIGKILL)

@@ -1,4 +1,4 @@
-"""Interruptible weight syncs on a real `vllm serve` (the session's, from .venv-vllm):
+"""Interruptible weight syncs on a real `vllm serve` (this module's own, from .venv-vllm):
 the call in flight is stopped at the last token it streamed (its request aborted),
 resubmitted as prompt + tokens after the reload, and returns as one call.
 
@@ -9,10 +9,14 @@ resubmitted as prompt + tokens after the reload, and returns as one call.
   call's tokens, text and finish;
 - LoRA: an interrupting adapter load moves the call to the new adapter (spans [1, 2],
   each with its adapter's logprobs).
-The tests that change the server's weights put the original ones back. Each call runs
-among `BALLAST` other long calls, which slow the server's steps enough for the sync to
-land mid-call (they are interrupted too, and cancelled at the end); a test whose call
-still ended before its sync (the write of the weights competes for the CPU) tries again,
+The tests that change the server's weights put the original ones back.
+
+The sync must land while the call runs. It is started once the call has streamed a few
+tokens, but this process may read the stream seconds behind the server (a loaded
+machine), and the sync first writes the weights, competing for the CPU. So the full-
+calls are long (`LONG`: up to ~1,000 tokens, on servers with a `LONG_CONTEXT` context)
+and run among `BALLAST` other calls that slow the server's steps (interrupted
+too, and cancelled at the end); a call that still ended before its sync is tried again,
 at most nine times."""
 
 from __future__ import annotations
@@ -28,26 +32,25 @@ import torch
 
 from swarmrl_server.engine.base import Engine, GenerationOutput, SamplingParams
 from swarmrl_server.engine.vllm import VLLMEngine
-from tests.engine_fixtures import MAX_LEN, launch_vllm, random_adapters
+from tests.engine_fixtures import LONG_CONTEXT, launch_vllm, random_adapters
 from tests.test_interrupt import PROMPT, assert_spans_exact, run_call, versions
 
 pytestmark = pytest.mark.slow
 __all__ = ["versions"]  # the fixture, shared with test_interrupt
-LONG = MAX_LEN - len(PROMPT)
-BALLAST = 32
+LONG = LONG_CONTEXT - len(PROMPT)
+BALLAST = 16
 T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
 def own_vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
                  ) -> Iterator[str]:
-    """This module's own `vllm serve` of the tiny model (as `vllm_url`). On the session's
-    server these tests failed only when run after tests/test_trainer_vllm.py (a first
-    span's logprobs off the base weights; a sync that never landed mid-call): a call timed
-    against a sync needs a server no other test has driven. (The resume-on-the-same-
-    weights test stays on the session's server: on a fresh one its sync never landed
-    before the stop string; not understood yet.)"""
-    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm-interrupt"))
+    """This module's own `vllm serve` of the tiny model, with a longer context than the
+    session's (`vllm_url`): long calls (module docstring), and a server no other test has
+    driven (on the session's server the first test failed after tests/test_trainer_vllm.py:
+    a first span's logprobs off the base weights)."""
+    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm-interrupt"),
+                           max_model_len=LONG_CONTEXT)
 
 
 @asynccontextmanager
@@ -116,20 +119,18 @@ async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
 
 
 async def test_vllm_resumed_on_the_same_weights_is_the_uninterrupted_call(
-    vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
+    own_vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
 ) -> None:
     _, v0, v1 = versions
-    engine = VLLMEngine("tiny", tiny_model_dir, urls=[vllm_url], trainable=True,
+    engine = VLLMEngine("tiny", tiny_model_dir, urls=[own_vllm_url], trainable=True,
                         weights_dir=tmp_path / "w")
     await engine.start()
     try:
         await engine.update_weights(v1, 1)  # greedy on v0 repeats one word: no stop string
         _, whole = await run_call(engine, PROMPT, SamplingParams(temperature=0, max_tokens=LONG))
         assert len(whole.text) > 40, whole.text
-        at = next(i for i in range(len(whole.text) * 2 // 3, len(whole.text) - 3)
-                  if whole.text.find(whole.text[i:i + 3]) == i and whole.text[i:i + 3].strip()
-                  and "\ufffd" not in whole.text[i:i + 3])
-        params = SamplingParams(temperature=0, max_tokens=LONG, stop=(whole.text[at:at + 3],))
+        at, stop = first_new_string(whole.text)
+        params = SamplingParams(temperature=0, max_tokens=LONG, stop=(stop,))
         _, plain = await run_call(engine, PROMPT, params)
         version, resumed = await interrupted_call(  # the sync lands before the stop string
             engine, params, lambda v: engine.update_weights(v1, v, interrupt=True),
@@ -141,6 +142,17 @@ async def test_vllm_resumed_on_the_same_weights_is_the_uninterrupted_call(
     finally:
         await engine.update_weights(v0, 100)  # the original weights back (a new version)
         await engine.stop()
+
+
+def first_new_string(text: str) -> tuple[int, str]:
+    """The first place in `text`'s second half where a string of 3-8 characters occurs for
+    the first time (a stop string that ends the call there), and that string."""
+    for at in range(len(text) // 2, len(text) - 8):
+        for n in range(3, 9):
+            s = text[at:at + n]
+            if text.find(s) == at and s.strip() and "\ufffd" not in s:
+                return at, s
+    raise AssertionError(f"no new string in the second half of {text!r}")
 
 
 async def test_vllm_adapter_calls_resume_on_the_new_adapter(
