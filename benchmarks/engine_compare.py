@@ -72,10 +72,17 @@ def load() -> str:
     return "load average " + " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-async def sync_s(engine: Engine, state: dict[str, torch.Tensor], version: int) -> float:
+async def sync_s(engine: Engine, state: dict[str, torch.Tensor], version: int,
+                 parts: dict[str, list[float]]) -> float:
+    """One `update_weights`; appends where its time went (the engine's `last_sync`) to
+    `parts`."""
     start = time.perf_counter()
     await engine.update_weights(state, version)
-    return time.perf_counter() - start
+    took = time.perf_counter() - start
+    if engine.last_sync is not None:
+        for part in ("write_s", "drain_s", "reload_s"):
+            parts.setdefault(part, []).append(getattr(engine.last_sync, part))
+    return took
 
 
 async def main() -> None:
@@ -101,6 +108,7 @@ async def main() -> None:
     base = model.state_dict()
     load_before = load()
     results: dict[str, dict[str, list[float]]] = {"hf": {}, "vllm": {}}
+    parts: dict[str, dict[str, list[float]]] = {"hf": {}, "vllm": {}}
     try:
         for engine in (hf, vllm):  # warm-up (first-call allocation, HTTP connection)
             await tokens_per_s(engine, 2, 8, 0)
@@ -112,7 +120,8 @@ async def main() -> None:
                     await tokens_per_s(engine, 1, args.max_tokens, r))
                 row.setdefault(f"tok/s, {args.concurrency} sampled calls", []).append(
                     await tokens_per_s(engine, args.concurrency, args.max_tokens, 100 * r))
-                row.setdefault("weight sync, s", []).append(await sync_s(engine, state, r + 1))
+                row.setdefault("weight sync, s", []).append(await sync_s(engine, state, r + 1,
+                                                                          parts[name]))
     finally:
         await asyncio.gather(hf.stop(), vllm.stop())
     n_params = sum(v.numel() for v in base.values())
@@ -124,6 +133,10 @@ async def main() -> None:
     for key in results["hf"]:
         h, v = statistics.median(results["hf"][key]), statistics.median(results["vllm"][key])
         print(f"{key:<28}{h:>10.3f}{v:>10.3f}{v / h:>10.2f}")
+    for name, got in parts.items():  # the disk write dominates vLLM's sync: it varies most
+        if got:
+            print(f"{name} sync, median s: " + ", ".join(
+                f"{k.removesuffix('_s')} {statistics.median(v):.3f}" for k, v in got.items()))
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ async def run_mode(engine: Engine, interrupt: bool, states: list[dict[str, torch
         for k in range(args.syncs):
             await asyncio.sleep(args.step_s)  # the trainer's step
             if run.parts:  # the previous sync's resume is over by now
-                run.parts[-1] = _copy(getattr(engine, "last_sync", None))
+                run.parts[-1] = _copy(engine.last_sync)
             version += 1
             t0 = time.perf_counter()
             await engine.update_weights(states[k % 2], version, interrupt=interrupt)
@@ -105,7 +105,7 @@ async def run_mode(engine: Engine, interrupt: bool, states: list[dict[str, torch
             run.latencies.append(t1 - t0)
             run.parts.append(SyncTimes())
         await asyncio.sleep(args.step_s)
-        run.parts[-1] = _copy(getattr(engine, "last_sync", None))
+        run.parts[-1] = _copy(engine.last_sync)
         end = time.perf_counter()
     finally:
         for t in tasks:

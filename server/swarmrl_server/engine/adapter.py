@@ -29,7 +29,13 @@ from typing import Any, Protocol
 
 import torch
 
-from swarmrl_server.engine.base import Engine, GenerationChunk, GenerationOutput, SamplingParams
+from swarmrl_server.engine.base import (
+    Engine,
+    GenerationChunk,
+    GenerationOutput,
+    SamplingParams,
+    SyncTimes,
+)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -198,6 +204,11 @@ class AdapterEngine(Engine):
         adapter = Adapter(self.spec, state_dict)
         await self._server.load_adapter(self.name, adapter, policy_version, interrupt=interrupt)
         self.last_sync_bytes = adapter.nbytes
+
+    @property  # type: ignore[override]
+    def last_sync(self) -> SyncTimes | None:
+        """The base engine's: it does the load."""
+        return self.base.last_sync
 
     def __getattr__(self, item: str) -> Any:
         # Engine-specific extras (stats, servers, last_sync_s, ...) are the base's.

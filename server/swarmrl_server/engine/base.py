@@ -158,6 +158,9 @@ class Engine(abc.ABC):
     """Token ids must be in [0, vocab_size)."""
     eos_token_ids: tuple[int, ...]
     """Tokens that end a turn (the chat template's end-of-turn token)."""
+    last_sync: SyncTimes | None = None
+    """Where the latest weight sync's time went; None before one (or for an engine that
+    does not measure it)."""
 
     @property
     @abc.abstractmethod
