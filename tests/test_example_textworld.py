@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from examples.env_runs import Server, merge_report, plot_episode_rewards, train_options
-from examples.textworld.agent import Result, choose, clean
+from examples.textworld.agent import CHOICES, Result, choose, clean
 from examples.textworld.baselines import rates, wins
 from examples.textworld.run import EVAL_SEED_BASE, TextWorld, build_parser, make_games
 from tests.envs_support import episode_states, trained_episode_ids
@@ -33,6 +33,18 @@ def test_a_reply_picks_a_command_by_number_or_name() -> None:
     assert choose("7", commands) == "look"  # out of range, names nothing: a spent step
     assert choose("\ufffd\ufffd", commands) == "look"
     assert clean("You open it.\n\n>   -= Studio =-0/1") == "You open it."
+
+
+def test_a_text_reply_picks_the_command_it_names_first() -> None:
+    commands = ["examine glass", "take glass", "take glass from cabinet"]
+    assert choose("Take glass from cabinet.", commands, numbered=False) == (
+        "take glass from cabinet")  # the longest of those starting there
+    assert choose("examine glass, then take glass", commands, numbered=False) == (
+        "examine glass")  # the first named
+    assert choose("2", commands, numbered=False) == "look"  # no numbers in this listing
+    assert choose("2", commands) == "take glass"
+    assert CHOICES["text"].listing(commands) == "\n".join(commands)
+    assert CHOICES["number"].listing(commands).splitlines()[1] == "2. take glass"
 
 
 def test_the_format_reward_pays_for_picked_turns_only() -> None:

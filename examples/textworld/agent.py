@@ -9,13 +9,21 @@ same loop for a caller that passes its own ``OpenAI`` client (examples/textworld
 passes one built from an episode's ``openai_base_url`` and ``openai_api_key``).
 
 **One turn.** The conversation is the game so far: a system message with the goal,
-then per step a user message (what the game said, then the commands it accepts now,
-numbered) and the model's reply. The reply's first number picks the command; a
-reply naming a command verbatim picks that one; anything else becomes ``look`` (the
-step is spent). Every
-turn re-sends the whole history, so each call's prompt extends the previous call's
-prompt + completion token for token and the server merges the episode into one
-timeline.
+then per step a user message (what the game said, then the commands it accepts now)
+and the model's reply. How a reply picks a command is the ``choice`` (`CHOICES`):
+
+- ``number`` (the default): the commands are numbered and the reply's first number picks
+  (a reply naming a command verbatim picks that one);
+- ``text``: the commands are listed one a line after the goal, restated,
+  and the reply is a command itself: the command it names first picks (the longest, when
+  several start there). Copying the command that matches the goal is a skill a small
+  instruct model already has, where a number needs the model to index the list. One
+  made-up turn and its answer (`EXAMPLE`) come before the game: without it SmolLM2
+  narrates ("You're in a closet. A standard one.") on every turn of every game.
+
+Anything else becomes ``look`` (the step is spent). Every turn re-sends the whole
+history, so each call's prompt extends the previous call's prompt + completion token
+for token and the server merges the episode into one timeline.
 
 **Reward** (from the game): ``(score / max_score + won) / 2``: the quest's points
 and the win, each half; plus, with ``format_reward`` w > 0, w times the share of
@@ -48,6 +56,10 @@ GAME_LOCK = threading.Lock()
 SYSTEM = ("You are playing a text adventure game. Your goal: {objective}\n"
           "Each turn, choose one of the numbered commands.")
 TURN = "{feedback}\n\nCommands:\n{commands}\nReply with the number of one command."
+TEXT_SYSTEM = ("You are playing a text adventure game. Your goal: {objective}\n"
+               "Each turn, reply with one of the commands listed, exactly as written.")
+TEXT_TURN = ("{feedback}\n\nYour goal: {objective}\nCommands:\n{commands}\n"
+             "Reply with one command from the list.")
 _STATUS = re.compile(r"\s*>?\s*-=\s*[^=]*=-\s*\d+/\d+\s*$")
 _NUMBER = re.compile(r"\d+")
 INFOS = textworld.EnvInfos(admissible_commands=True, max_score=True, won=True, lost=True,
@@ -80,23 +92,53 @@ def clean(text: str) -> str:
     return _STATUS.sub("", text).strip()
 
 
-def choose(reply: str, commands: list[str]) -> str:
-    """The command a reply picks: its first number (1-based), else a command it names
-    verbatim, else ``look`` (a spent step; free text never reaches the game: the
-    interpreter can hang on some byte sequences a sampling model writes)."""
-    return picked(reply, commands) or "look"
+EXAMPLE = [  # one made-up turn, shown before the game: SmolLM2 narrates without it
+    {"role": "user", "content": TEXT_TURN.format(
+        feedback="-= Shed =-\nYou are in a shed. There is a box here. On the floor you see "
+                 "a key.", objective="Take the key from the floor of the shed.",
+        commands="examine box\nlook\ntake key")},
+    {"role": "assistant", "content": "take key"},
+]
 
 
-def picked(reply: str, commands: list[str]) -> str | None:
-    """The command a reply picks (see `choose`), or None when it picks none."""
-    number = _NUMBER.search(reply)
+@dataclass(frozen=True)
+class Choice:
+    """How the agent shows the commands and reads the reply (the module docstring)."""
+
+    system: str
+    turn: str
+    numbered: bool
+    """The listing numbers the commands and a reply's first number picks."""
+    example: list[dict[str, str]] = field(default_factory=list)
+    """Messages shown between the system message and the game's first turn."""
+
+    def listing(self, commands: list[str]) -> str:
+        if self.numbered:
+            return "\n".join(f"{i}. {c}" for i, c in enumerate(commands, 1))
+        return "\n".join(commands)
+
+
+CHOICES = {"text": Choice(TEXT_SYSTEM, TEXT_TURN, numbered=False, example=EXAMPLE),
+           "number": Choice(SYSTEM, TURN, numbered=True)}
+
+
+def choose(reply: str, commands: list[str], *, numbered: bool = True) -> str:
+    """The command a reply picks, else ``look`` (a spent step; free text never reaches
+    the game: the interpreter can hang on some byte sequences a sampling model writes)."""
+    return picked(reply, commands, numbered=numbered) or "look"
+
+
+def picked(reply: str, commands: list[str], *, numbered: bool = True) -> str | None:
+    """The command a reply picks, or None when it picks none: with `numbered`, its first
+    number (1-based) if in range; then the command it names first, case-insensitively
+    (the longest of those that start at the same place: "take glass from cabinet" over
+    "take glass")."""
+    number = _NUMBER.search(reply) if numbered else None
     if number and 1 <= int(number.group()) <= len(commands):
         return commands[int(number.group()) - 1]
-    lowered = reply.strip().lower()
-    for command in commands:
-        if command.lower() in lowered:
-            return command
-    return None
+    lowered = reply.lower()
+    named = [(lowered.find(c.lower()), -len(c), c) for c in commands if c.lower() in lowered]
+    return min(named)[2] if named else None
 
 
 def open_game(game: str | Path, max_steps: int) -> Any:
@@ -107,8 +149,11 @@ def open_game(game: str | Path, max_steps: int) -> Any:
 
 
 def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
-         temperature: float = 1.0, max_tokens: int = 4, format_reward: float = 0.0) -> Result:
-    """Plays one game to a win, a loss or `max_steps` commands."""
+         temperature: float = 1.0, max_tokens: int = 4, format_reward: float = 0.0,
+         choice: str = "number") -> Result:
+    """Plays one game to a win, a loss or `max_steps` commands; `choice` is a key of
+    `CHOICES`."""
+    how = CHOICES[choice]
     env = open_game(game, max_steps)
     try:
         with GAME_LOCK:
@@ -117,21 +162,21 @@ def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
         # description says the same without it.
         feedback = infos["description"]
         messages: list[dict[str, str]] = [
-            {"role": "system", "content": SYSTEM.format(objective=infos["objective"])}]
+            {"role": "system", "content": how.system.format(objective=infos["objective"])},
+            *how.example]
         result = Result(won=False, score=0, max_score=int(infos["max_score"]), steps=0,
                         format_reward=format_reward)
         done = False
         while not done and result.steps < max_steps:
             commands = sorted(infos["admissible_commands"])
-            listing = "\n".join(f"{i}. {c}" for i, c in enumerate(commands, 1))
-            messages.append({"role": "user",
-                             "content": TURN.format(feedback=feedback, commands=listing)})
+            messages.append({"role": "user", "content": how.turn.format(
+                feedback=feedback, commands=how.listing(commands), objective=infos["objective"])})
             reply = client.chat.completions.create(
                 model=model, messages=messages,  # type: ignore[arg-type]
                 temperature=temperature, max_tokens=max_tokens,
             ).choices[0].message.content or ""
             messages.append({"role": "assistant", "content": reply})
-            command = picked(reply, commands)
+            command = picked(reply, commands, numbered=how.numbered)
             result.picked += command is not None
             command = command or "look"
             with GAME_LOCK:
@@ -153,14 +198,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--game", required=True, help="a TextWorld game file (.z8, its .json beside)")
     p.add_argument("--max-steps", type=int, default=6)
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-tokens", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=4, help="12 suits --choice text")
+    p.add_argument("--choice", choices=sorted(CHOICES), default="number",
+                   help="reply with the command itself (text) or its number")
     p.add_argument("--format-reward", type=float, default=0.0, metavar="W",
                    help="add W x the share of turns whose reply picked a command")
     args = p.parse_args(argv)
     client = OpenAI()  # OPENAI_BASE_URL / OPENAI_API_KEY
     result = play(args.game, client, os.environ.get("SWARMRL_MODEL", "smollm2"),
                   max_steps=args.max_steps, temperature=args.temperature,
-                  max_tokens=args.max_tokens, format_reward=args.format_reward)
+                  max_tokens=args.max_tokens, format_reward=args.format_reward,
+                  choice=args.choice)
     if os.environ.get("SWARMRL_REWARD_FILE"):
         Path(os.environ["SWARMRL_REWARD_FILE"]).write_text(json.dumps({"reward": result.reward}))
     print(json.dumps({**asdict(result), "reward": result.reward}))

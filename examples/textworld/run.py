@@ -87,13 +87,14 @@ class TextWorld:
                        *, evaluate: bool) -> dict[str, Any]:
         task = f"textworld/level{self.args.level}/{game.stem}"
         async with client.episode(task_id=task, group_id=group_id,
-                                  agent_version="textworld-agent/1") as ep:
+                                  agent_version=f"textworld-agent/{self.args.choice}") as ep:
             model = ep.models[0].name if ep.models else self.args.model
             openai = OpenAI(base_url=ep.openai_base_url, api_key=ep.openai_api_key)
             result = await asyncio.to_thread(
                 play, game, openai, model, max_steps=self.args.max_steps,
                 temperature=0.0 if evaluate else self.args.temperature,
-                max_tokens=self.args.max_tokens, format_reward=self.args.format_reward)
+                max_tokens=self.args.max_tokens, format_reward=self.args.format_reward,
+                choice=self.args.choice)
             if evaluate:
                 await ep.abort("held-out evaluation")  # never trained on
             else:
@@ -131,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=4, help="commands per game")
     p.add_argument("--format-reward", type=float, default=0.0, metavar="W",
                    help="add W x the share of turns whose reply picked a command (agent.py)")
+    p.add_argument("--choice", choices=("number", "text"), default="number",
+                   help="the agent's reply: a command itself, or its number (agent.py)")
     p.set_defaults(out="runs/textworld", parallel_groups=2, batch_groups=2, max_tokens=4,
                    concurrency=16)
     return p
@@ -141,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     env = TextWorld(args)
     summary = run_from_args(env, args, train_options(args), describe={
         "level": args.level, "game_options": LEVELS[args.level], "max_steps": args.max_steps,
-        "eval_games": args.eval_games, "eval_seed_base": EVAL_SEED_BASE})
+        "eval_games": args.eval_games, "eval_seed_base": EVAL_SEED_BASE,
+        "choice": args.choice, "max_tokens": args.max_tokens})
     return 0 if "before" in summary else 1
 
 
