@@ -14,11 +14,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from examples.env_runs import Server, merge_report, plot_episode_rewards, train_options
-from examples.textworld.agent import CHOICES, Result, choose, clean
+from examples.textworld.agent import CHOICES, Result, choose, clean, open_game, play
 from examples.textworld.baselines import rates, wins
 from examples.textworld.run import EVAL_SEED_BASE, TextWorld, build_parser, make_games
 from tests.envs_support import episode_states, trained_episode_ids
@@ -55,6 +56,36 @@ def test_the_format_reward_pays_for_picked_turns_only() -> None:
     won = Result(won=True, score=1, max_score=1, steps=1, picked=1, format_reward=0.2)
     assert won.reward == pytest.approx(1.2)
     assert Result(won=False, score=0, max_score=0, steps=0, format_reward=0.2).reward == 0.0
+
+
+class _Scripted:
+    """An OpenAI client whose replies are a script (the shape `play` reads)."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = iter(replies)
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
+
+    def _create(self, **_: object) -> SimpleNamespace:
+        message = SimpleNamespace(content=next(self.replies))
+        return SimpleNamespace(choices=[SimpleNamespace(message=message)])
+
+
+def test_the_progress_reward_pays_for_the_share_of_the_quest_done(tmp_path: Path) -> None:
+    game = make_games(2, [1], tmp_path)[0]  # a two-command quest, scored 0/1 until the win
+    env = open_game(game, 4)
+    walkthrough = env.reset()[1]["policy_commands"]
+    env.close()
+    assert len(walkthrough) == 2
+    half = play(game, _Scripted(["inventory", walkthrough[0], "look"]), "m",  # type: ignore[arg-type]
+                max_steps=3, choice="text", progress_reward=0.5)
+    assert (half.won, half.score, half.progress) == (False, 0, 0.5)
+    assert half.reward == pytest.approx(0.25)
+    won = play(game, _Scripted(walkthrough), "m", max_steps=3, choice="text",  # type: ignore[arg-type]
+               progress_reward=0.5)
+    assert (won.won, won.progress, won.steps) == (True, 1.0, 2)
+    assert won.reward == pytest.approx(1.5)
+    none = play(game, _Scripted(["look"] * 3), "m", max_steps=3, choice="text")  # type: ignore[arg-type]
+    assert none.progress == 0.0 and none.reward == 0.0
 
 
 def test_episode_rewards_plot_one_line_per_run(tmp_path: Path) -> None:

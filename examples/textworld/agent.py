@@ -28,8 +28,11 @@ for token and the server merges the episode into one timeline.
 **Reward** (from the game): ``(score / max_score + won) / 2``: the quest's points
 and the win, each half; plus, with ``format_reward`` w > 0, w times the share of
 turns whose reply picked a command (a format reward: SmolLM2 mostly narrates, so
-nearly every game of a group is an all-``look`` loss and GRPO has nothing to compare).
-Success (the eval's measure) is ``won`` alone.
+nearly every game of a group is an all-``look`` loss and GRPO has nothing to compare);
+plus, with ``progress_reward`` w > 0, w times the share of the quest done (`Result.progress`,
+from the game's own planner): at level 2 the score is the win alone (``max_score`` 1), so
+a game that got half-way earns nothing without it. Success (the eval's measure) is
+``won`` alone.
 
 TextWorld's command parser is not thread-safe: every environment call of this process
 goes through `GAME_LOCK` (the model calls, the slow part, run outside it).
@@ -63,7 +66,8 @@ TEXT_TURN = ("{feedback}\n\nYour goal: {objective}\nCommands:\n{commands}\n"
 _STATUS = re.compile(r"\s*>?\s*-=\s*[^=]*=-\s*\d+/\d+\s*$")
 _NUMBER = re.compile(r"\d+")
 INFOS = textworld.EnvInfos(admissible_commands=True, max_score=True, won=True, lost=True,
-                           objective=True, description=True, score=True)
+                           objective=True, description=True, score=True,
+                           policy_commands=True)
 
 
 @dataclass
@@ -80,11 +84,17 @@ class Result:
     """Turns whose reply picked a command (the others fell back to ``look``)."""
     format_reward: float = 0.0
     """Weight of the share of picked turns in the reward."""
+    progress: float = 0.0
+    """The most of the quest done at any turn: 1 - (commands the game's planner still
+    needs, ``policy_commands``) / (what it needed at the start); 1 on a win."""
+    progress_reward: float = 0.0
+    """Weight of `progress` in the reward."""
 
     @property
     def reward(self) -> float:
         game = (self.score / max(self.max_score, 1) + float(self.won)) / 2
-        return game + self.format_reward * self.picked / max(self.steps, 1)
+        return (game + self.format_reward * self.picked / max(self.steps, 1)
+                + self.progress_reward * self.progress)
 
 
 def clean(text: str) -> str:
@@ -150,7 +160,7 @@ def open_game(game: str | Path, max_steps: int) -> Any:
 
 def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
          temperature: float = 1.0, max_tokens: int = 4, format_reward: float = 0.0,
-         choice: str = "number") -> Result:
+         progress_reward: float = 0.0, choice: str = "number") -> Result:
     """Plays one game to a win, a loss or `max_steps` commands; `choice` is a key of
     `CHOICES`."""
     how = CHOICES[choice]
@@ -165,7 +175,8 @@ def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
             {"role": "system", "content": how.system.format(objective=infos["objective"])},
             *how.example]
         result = Result(won=False, score=0, max_score=int(infos["max_score"]), steps=0,
-                        format_reward=format_reward)
+                        format_reward=format_reward, progress_reward=progress_reward)
+        quest = len(infos["policy_commands"])
         done = False
         while not done and result.steps < max_steps:
             commands = sorted(infos["admissible_commands"])
@@ -185,6 +196,11 @@ def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
             result.steps += 1
             result.score = int(score)
             result.won = bool(infos["won"])
+            if result.won:
+                result.progress = 1.0
+            elif quest and not infos["lost"]:  # a lost game has no plan left either
+                result.progress = max(result.progress,
+                                      1 - len(infos["policy_commands"]) / quest)
             result.commands.append(command)
             result.replies.append(reply)
         return result
@@ -203,12 +219,14 @@ def main(argv: list[str] | None = None) -> None:
                    help="reply with the command itself (text) or its number")
     p.add_argument("--format-reward", type=float, default=0.0, metavar="W",
                    help="add W x the share of turns whose reply picked a command")
+    p.add_argument("--progress-reward", type=float, default=0.0, metavar="W",
+                   help="add W x the share of the quest done (the game's own planner)")
     args = p.parse_args(argv)
     client = OpenAI()  # OPENAI_BASE_URL / OPENAI_API_KEY
     result = play(args.game, client, os.environ.get("SWARMRL_MODEL", "smollm2"),
                   max_steps=args.max_steps, temperature=args.temperature,
                   max_tokens=args.max_tokens, format_reward=args.format_reward,
-                  choice=args.choice)
+                  progress_reward=args.progress_reward, choice=args.choice)
     if os.environ.get("SWARMRL_REWARD_FILE"):
         Path(os.environ["SWARMRL_REWARD_FILE"]).write_text(json.dumps({"reward": result.reward}))
     print(json.dumps({**asdict(result), "reward": result.reward}))

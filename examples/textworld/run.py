@@ -94,7 +94,7 @@ class TextWorld:
                 play, game, openai, model, max_steps=self.args.max_steps,
                 temperature=0.0 if evaluate else self.args.temperature,
                 max_tokens=self.args.max_tokens, format_reward=self.args.format_reward,
-                choice=self.args.choice)
+                progress_reward=self.args.progress_reward, choice=self.args.choice)
             if evaluate:
                 await ep.abort("held-out evaluation")  # never trained on
             else:
@@ -132,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=4, help="commands per game")
     p.add_argument("--format-reward", type=float, default=0.0, metavar="W",
                    help="add W x the share of turns whose reply picked a command (agent.py)")
+    p.add_argument("--progress-reward", type=float, default=0.0, metavar="W",
+                   help="add W x the share of the quest done, from the game's planner (agent.py)")
     p.add_argument("--choice", choices=("number", "text"), default="number",
                    help="the agent's reply: a command itself, or its number (agent.py)")
     p.set_defaults(out="runs/textworld", parallel_groups=2, batch_groups=2, max_tokens=4,
