@@ -206,7 +206,7 @@ async def test_client_disconnect_on_unary_request_cancels_it(http_server: Any) -
     # turn that off): then the call is over, not cut, and a new episode tries again.
     for _ in range(3):
         ep = await start_episode(http_server)
-        client = aclient(ep, timeout=httpx.Timeout(0.5))
+        client = aclient(ep, timeout=0.5)
         try:
             await client.chat.completions.create(model="tiny", messages=USER, max_tokens=1800,
                                                  temperature=1.0)
