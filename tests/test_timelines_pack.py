@@ -106,12 +106,17 @@ def test_per_call_merged_and_packed_agree(model: torch.nn.Module, seed: int) -> 
     results = {
         "per-call": _per_token(per_call, forward_timelines(model, per_call)[0]),
         "merged": _per_token(merged, forward_timelines(model, merged)[0]),
+        # What the trainer runs: logits at the trained tokens only.
+        "merged, trained only": _per_token(
+            merged, forward_timelines(model, merged, trained_only=True)[0]),
     }
     for kind in ("tree", "dense"):
         plan = plan_packing(merged, shape, kinds=("rows", kind), segment_overhead_tokens=0)
         assert {u.kind for u in plan.units} == {kind}
         assert plan.tokens < sum(map(len, merged))  # something was shared
         results[kind] = _per_token(merged, forward_packed(model, plan)[0])
+        results[f"{kind}, trained only"] = _per_token(
+            merged, forward_packed(model, plan, trained_only=True)[0])
 
     ref = results["per-call"]
     assert len(ref) == sum(len(c.completion_ids) for c in calls)
@@ -139,6 +144,32 @@ def test_packed_outputs_match_rows_at_every_position(model: torch.nn.Module) -> 
         for t, a, b, c, d in zip(merged, lps, lp_ref, ents, ent_ref):
             assert a.shape == b.shape == (len(t) - 1,)
             assert torch.allclose(a, b, atol=1e-5) and torch.allclose(c, d, atol=1e-4)
+
+
+def test_trained_only_leaves_context_positions_uncomputed(model: torch.nn.Module) -> None:
+    """The full forward's values at every trained token (their gradients:
+    test_per_call_merged_and_packed_agree); context positions mostly uncomputed (NaN; a
+    position another row of the batch trains is computed for both)."""
+    eps = _episodes(2, int(model.config.vocab_size))
+    merged = [t for e in eps for t in merge_calls(e.calls)[0]]
+    lp_ref, ent_ref = forward_timelines(model, merged)
+    shape = ModelShape.from_model(model)
+    runs = [forward_timelines(model, merged, trained_only=True)]
+    for kind in ("tree", "dense"):
+        plan = plan_packing(merged, shape, kinds=("rows", kind), segment_overhead_tokens=0)
+        runs.append(forward_packed(model, plan, trained_only=True))
+    context = sum(len(t) - 1 - t.num_generated for t in merged)
+    for lps, ents in runs:
+        skipped = 0
+        for t, a, b, c, d in zip(merged, lps, lp_ref, ents, ent_ref):
+            trained = torch.tensor(t.loss_mask[1:], dtype=torch.bool)
+            assert a.shape == b.shape == (len(t) - 1,)
+            assert torch.equal(torch.isnan(a), torch.isnan(c))
+            assert not torch.isnan(a[trained]).any()
+            assert torch.allclose(a[trained], b[trained], atol=1e-5)
+            assert torch.allclose(c[trained], d[trained], atol=1e-4)
+            skipped += int(torch.isnan(a).sum())
+        assert skipped > context // 2, (skipped, context)
 
 
 def test_tree_attention_matches_masked_sdpa() -> None:

@@ -190,7 +190,9 @@ def test_an_episode_split_into_3_rows_weighs_the_same_as_one_kept_as_1(tiny_mode
     g_split = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     loss_merged = _loss_and_grad(r, [x_merged, *ys], r.advantages([x_merged, *ys]))
-    assert loss_split == pytest.approx(loss_merged, rel=1e-5, abs=1e-7)
+    # The loss is a sum of O(1) terms that nearly cancel: fp32 rounding of the terms
+    # (~1e-7 each) is the tolerance, the gradients below are the real comparison.
+    assert loss_split == pytest.approx(loss_merged, rel=1e-5, abs=1e-6)
     g_merged = [p.grad for p in model.parameters()]
     tol = 1e-5 * max(float(g.abs().max()) for g in g_merged)
     for a, b in zip(g_split, g_merged):

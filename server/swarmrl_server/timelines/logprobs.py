@@ -9,10 +9,19 @@ once. `forward_tree` plans and runs in one call, with the same signature as
 Outputs are aligned with token_ids[1:]: entry t is log p(token t+1 | tokens <= t)
 under softmax(logits / temperature of token t+1), and the entropy of that
 distribution. All outputs are differentiable w.r.t. the model's parameters.
+
+`trained_only=True` (what the trainer asks for) computes the logits only at positions
+whose next token is trained (`loss_mask`), through HF's `logits_to_keep`; every other
+entry is NaN. In an agent's multi-turn timeline almost every token is context (a
+TextWorld episode: ~30 trained of ~900), and the `[T, vocab]` logits, their
+log-softmax and entropy, with their saved activations for the backward, were most of a
+step's memory and a third of its time on CPU (benchmarks/trainer_forward.py). The body
+still runs over every token: the context is what the trained tokens attend to.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -38,6 +47,11 @@ def token_logprobs(
     return logprobs_B_T, entropy_B_T
 
 
+def trained_positions(timeline: Timeline) -> list[int]:
+    """Output positions (aligned with token_ids[1:]) whose next token is trained."""
+    return [i for i, m in enumerate(timeline.loss_mask[1:]) if m]
+
+
 def _temps(values: Sequence[float]) -> torch.Tensor:
     # Greedy calls (temperature 0) recorded raw-logit logprobs: divide by 1 for them.
     temps = torch.tensor(values, dtype=torch.float32)
@@ -50,8 +64,10 @@ def forward_timelines(
     pad_id: int = 0,
     *,
     max_batch_tokens: int = 16384,
+    trained_only: bool = False,
 ) -> Outputs:
-    """Logprob and entropy of every token after the first, for each timeline.
+    """Logprob and entropy of every token after the first (`trained_only`: of every
+    trained token, NaN elsewhere), for each timeline.
 
     Returns per-timeline tensors of length len(timeline) - 1, aligned with
     token_ids[1:]; differentiable w.r.t. the model's parameters. Rows run in
@@ -75,7 +91,8 @@ def forward_timelines(
             or (len(batch) + 1) * longest > max_batch_tokens
             or 5 * len(timelines[i]) < 4 * longest  # would pad more than 20 %
         ):
-            lp_B, ent_B = _forward_rows(model, [timelines[j] for j in batch], pad_id)
+            lp_B, ent_B = _forward_rows(model, [timelines[j] for j in batch], pad_id,
+                                        trained_only)
             for j, lp, ent in zip(batch, lp_B, ent_B):
                 logprobs[j], entropy[j] = lp, ent
             batch = []
@@ -84,17 +101,32 @@ def forward_timelines(
     return [x for x in logprobs if x is not None], [x for x in entropy if x is not None]
 
 
-def _forward_rows(model: torch.nn.Module, rows: Sequence[Timeline], pad_id: int) -> Outputs:
+def _forward_rows(
+    model: torch.nn.Module, rows: Sequence[Timeline], pad_id: int, trained_only: bool
+) -> Outputs:
     B, T = len(rows), max(len(t) for t in rows)
     ids_B_T = torch.full((B, T), pad_id, dtype=torch.long)
     temps_B_T = torch.ones((B, T), dtype=torch.float32)
     for i, t in enumerate(rows):
         ids_B_T[i, : len(t)] = torch.tensor(t.token_ids)
         temps_B_T[i, : len(t)] = _temps(t.temperatures)
-    logits_B_T_V = model(input_ids=ids_B_T).logits
-    logprobs_B_T, entropy_B_T = token_logprobs(
-        logits_B_T_V[:, :-1], ids_B_T[:, 1:], temps_B_T[:, 1:]
-    )
+    if trained_only:
+        # The union over the rows: a position another row trains costs one logit row
+        # here (on a padded position too, whose output is cut off below). Position 0
+        # when none trains, so the loss still reaches the graph.
+        keep = sorted({i for t in rows for i in trained_positions(t)}) or [0]
+        keep_K = torch.tensor(keep)
+        logits_B_K_V = model(input_ids=ids_B_T, logits_to_keep=keep_K).logits
+        lp_B_K, ent_B_K = token_logprobs(
+            logits_B_K_V, ids_B_T[:, keep_K + 1], temps_B_T[:, keep_K + 1])
+        nan_B_T = torch.full((B, T - 1), math.nan)
+        logprobs_B_T = nan_B_T.index_copy(1, keep_K, lp_B_K)
+        entropy_B_T = nan_B_T.index_copy(1, keep_K, ent_B_K)
+    else:
+        logits_B_T_V = model(input_ids=ids_B_T).logits
+        logprobs_B_T, entropy_B_T = token_logprobs(
+            logits_B_T_V[:, :-1], ids_B_T[:, 1:], temps_B_T[:, 1:]
+        )
     return (
         [logprobs_B_T[i, : len(t) - 1] for i, t in enumerate(rows)],
         [entropy_B_T[i, : len(t) - 1] for i, t in enumerate(rows)],
@@ -124,22 +156,26 @@ def forward_tree(
     pad_id: int = 0,
     *,
     group_key: Callable[[Timeline], Hashable] | None = None,
+    trained_only: bool = False,
 ) -> Outputs:
     """`forward_timelines` with shared prefixes computed once (plans, then runs the plan)."""
     plan = plan_packing(
         timelines, ModelShape.from_model(model), group_key=group_key, kinds=packing_kinds(model)
     )
-    return forward_packed(model, plan, pad_id)
+    return forward_packed(model, plan, pad_id, trained_only=trained_only)
 
 
-def forward_packed(model: torch.nn.Module, plan: PackPlan, pad_id: int = 0) -> Outputs:
+def forward_packed(
+    model: torch.nn.Module, plan: PackPlan, pad_id: int = 0, *, trained_only: bool = False
+) -> Outputs:
     """Runs a `PackPlan`; returns what `forward_timelines(model, plan.timelines)` returns."""
     n = len(plan.timelines)
     logprobs: list[torch.Tensor | None] = [None] * n
     entropy: list[torch.Tensor | None] = [None] * n
     row_ids = [i for u in plan.units if u.kind == "rows" for i in u.timelines]
     if row_ids:
-        lps, ents = forward_timelines(model, [plan.timelines[i] for i in row_ids], pad_id)
+        lps, ents = forward_timelines(model, [plan.timelines[i] for i in row_ids], pad_id,
+                                      trained_only=trained_only)
         for i, lp, ent in zip(row_ids, lps, ents):
             logprobs[i], entropy[i] = lp, ent
     trees = [u for u in plan.units if u.kind == "tree"]
@@ -147,19 +183,47 @@ def forward_packed(model: torch.nn.Module, plan: PackPlan, pad_id: int = 0) -> O
         attention.register()
         with attention.use_attention(model, attention.ATTN_IMPLEMENTATION):
             for unit in trees:
-                _assemble(unit, _run_tree(model, unit), plan.timelines, logprobs, entropy)
+                kept = _kept_positions(unit, plan.timelines, trained_only)
+                _assemble(unit, _run_tree(model, unit, kept, trained_only), kept,
+                          plan.timelines, logprobs, entropy)
     for unit in plan.units:
         if unit.kind == "dense":
-            _assemble(unit, _run_dense(model, unit), plan.timelines, logprobs, entropy)
+            kept = _kept_positions(unit, plan.timelines, trained_only)
+            _assemble(unit, _run_dense(model, unit, kept, trained_only), kept,
+                      plan.timelines, logprobs, entropy)
     missing = [i for i in range(n) if logprobs[i] is None]
     if missing:
         raise ValueError(f"plan leaves timelines {missing[:5]} without outputs")
     return [x for x in logprobs if x is not None], [x for x in entropy if x is not None]
 
 
-def _run_tree(model: torch.nn.Module, unit: PackUnit) -> list[torch.Tensor]:
+def _kept_positions(
+    unit: PackUnit, timelines: Sequence[Timeline], trained_only: bool
+) -> list[list[int]]:
+    """Per segment, the positions (in the segment, ascending) whose logits are computed:
+    all of them, or (`trained_only`) those where some timeline through the segment trains
+    the next token (at the last one, the first token of the timeline's next segment).
+    Never empty: one logit row keeps every segment's output in the graph."""
+    if not trained_only:
+        return [list(range(len(seg))) for seg in unit.segments]
+    kept: list[set[int]] = [set() for _ in unit.segments]
+    for ti, path in zip(unit.timelines, unit.paths):
+        t = timelines[ti]
+        for s in path:
+            g, N = unit.segments[s].start, len(unit.segments[s])
+            kept[s].update(i for i in range(min(N, len(t) - 1 - g)) if t.loss_mask[g + i + 1])
+    return [sorted(k) or [0] for k in kept]
+
+
+def _keep_kwargs(positions: list[int], trained_only: bool) -> dict[str, torch.Tensor]:
+    return {"logits_to_keep": torch.tensor(positions)} if trained_only else {}
+
+
+def _run_tree(model: torch.nn.Module, unit: PackUnit, kept: list[list[int]],
+              trained_only: bool) -> list[torch.Tensor]:
     """Segment by segment; each layer's attention reads the ancestors' K/V blocks as they
-    are (differentiable: the backward of a branch reaches its prefix through them)."""
+    are (differentiable: the backward of a branch reaches its prefix through them).
+    Returns each segment's logits at its `kept` positions."""
     config: Any = model.config
     n_layers = int(config.num_hidden_layers)
     has_children = {s.parent for s in unit.segments}
@@ -169,7 +233,8 @@ def _run_tree(model: torch.nn.Module, unit: PackUnit) -> list[torch.Tensor]:
         ids_1_N = torch.tensor([seg.token_ids])
         pos_1_N = torch.arange(seg.start, seg.start + len(seg)).unsqueeze(0)
         with attention.tree_context(past[seg.parent]) as ctx:
-            out = model(input_ids=ids_1_N, position_ids=pos_1_N, use_cache=False)
+            out = model(input_ids=ids_1_N, position_ids=pos_1_N, use_cache=False,
+                        **_keep_kwargs(kept[j], trained_only))
         logits.append(out.logits[0])
         if j in has_children:
             past[j] = [blocks + [ctx.own[i]] for i, blocks in enumerate(past[seg.parent])]
@@ -194,58 +259,73 @@ def tree_mask(unit: PackUnit, dtype: torch.dtype) -> tuple[torch.Tensor, torch.T
     return pos_L.unsqueeze(0), mask_L_L[None, None]
 
 
-def _run_dense(model: torch.nn.Module, unit: PackUnit) -> list[torch.Tensor]:
+def _run_dense(model: torch.nn.Module, unit: PackUnit, kept: list[list[int]],
+               trained_only: bool) -> list[torch.Tensor]:
     dtype = next(model.parameters()).dtype
     pos_1_L, mask_1_1_L_L = tree_mask(unit, dtype)
     ids_1_L = torch.tensor([[t for s in unit.segments for t in s.token_ids]])
-    out = model(input_ids=ids_1_L, position_ids=pos_1_L, attention_mask=mask_1_1_L_L)
-    logits_L_V = out.logits[0]
-    return list(torch.split(logits_L_V, [len(s) for s in unit.segments]))
+    starts = [0]
+    for seg in unit.segments[:-1]:
+        starts.append(starts[-1] + len(seg))
+    keep = [o + i for o, positions in zip(starts, kept) for i in positions]
+    out = model(input_ids=ids_1_L, position_ids=pos_1_L, attention_mask=mask_1_1_L_L,
+                **_keep_kwargs(keep, trained_only))
+    return list(torch.split(out.logits[0], [len(positions) for positions in kept]))
 
 
 def _assemble(
     unit: PackUnit,
     logits_per_segment: Sequence[torch.Tensor],
+    kept: Sequence[list[int]],
     timelines: Sequence[Timeline],
     logprobs: list[torch.Tensor | None],
     entropy: list[torch.Tensor | None],
 ) -> None:
-    """Each timeline's outputs from its segments' logits. Inside a segment every timeline
-    predicts the same next token, so log-softmax runs once per distinct temperature
-    pattern; a segment's last position predicts the first token of the timeline's next
-    segment, which differs between branches."""
+    """Each timeline's outputs from its segments' logits (rows at the `kept` positions;
+    outputs elsewhere are NaN). Inside a segment every timeline predicts the same next
+    token, so log-softmax runs once per distinct temperature pattern; a segment's last
+    position predicts the first token of the timeline's next segment, which differs
+    between branches."""
     done: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = {}
     for ti, path in zip(unit.timelines, unit.paths):
         t = timelines[ti]
         lps: list[torch.Tensor] = []
         ents: list[torch.Tensor] = []
         for k, s in enumerate(path):
-            seg, logits_N_V = unit.segments[s], logits_per_segment[s]
+            seg, logits_K_V, positions = unit.segments[s], logits_per_segment[s], kept[s]
             g, N = seg.start, len(seg)
             if N > 1:
                 temps = tuple(t.temperatures[g + 1: g + N])
                 key: Hashable = (s, temps)
                 if key not in done:
-                    done[key] = token_logprobs(
-                        logits_N_V[None, : N - 1], torch.tensor([seg.token_ids[1:]]),
-                        _temps(temps)[None],
+                    # `positions` ascend: those inside the segment are the first rows.
+                    at_I = torch.tensor([i for i in positions if i < N - 1], dtype=torch.long)
+                    lp_1_I, ent_1_I = token_logprobs(
+                        logits_K_V[None, : at_I.shape[0]],
+                        torch.tensor([seg.token_ids[1:]])[:, at_I], _temps(temps)[None][:, at_I],
                     )
-                lps.append(done[key][0][0])
-                ents.append(done[key][1][0])
+                    nan_N = torch.full((N - 1,), math.nan)
+                    done[key] = (nan_N.index_copy(0, at_I, lp_1_I[0]),
+                                 nan_N.index_copy(0, at_I, ent_1_I[0]))
+                lps.append(done[key][0])
+                ents.append(done[key][1])
             if k + 1 < len(path):
                 nxt, temp = t.token_ids[g + N], t.temperatures[g + N]
                 key = (s, nxt, temp)
                 if key not in done:
-                    done[key] = token_logprobs(
-                        logits_N_V[None, N - 1:], torch.tensor([[nxt]]), _temps([temp])[None]
-                    )
-                lps.append(done[key][0][0])
-                ents.append(done[key][1][0])
+                    if positions[-1] == N - 1:
+                        lp_1_1, ent_1_1 = token_logprobs(
+                            logits_K_V[None, -1:], torch.tensor([[nxt]]), _temps([temp])[None])
+                        done[key] = (lp_1_1[0], ent_1_1[0])
+                    else:  # no timeline here trains its next segment's first token
+                        done[key] = (torch.full((1,), math.nan), torch.full((1,), math.nan))
+                lps.append(done[key][0])
+                ents.append(done[key][1])
         logprobs[ti] = torch.cat(lps) if lps else torch.zeros(0)
         entropy[ti] = torch.cat(ents) if ents else torch.zeros(0)
 
 
 __all__ = [
     "KINDS", "forward_packed", "forward_timelines", "forward_tree", "packing_kinds",
-    "token_logprobs", "tree_mask",
+    "token_logprobs", "trained_positions", "tree_mask",
 ]

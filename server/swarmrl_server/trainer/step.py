@@ -36,10 +36,15 @@ from swarmrl_server.trainer import algorithms
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.device import CPU, Placement
 
-ForwardFn = Callable[
-    [torch.nn.Module, Sequence[Timeline], int], tuple[list[torch.Tensor], list[torch.Tensor]]
-]
-"""(model, rows, pad id) -> per-row logprobs and entropies aligned with token_ids[1:]."""
+
+class ForwardFn(Protocol):
+    """(model, rows, pad id) -> per-row logprobs and entropies aligned with token_ids[1:];
+    `trained_only`: computed at trained tokens only, NaN elsewhere (timelines.logprobs)."""
+
+    def __call__(self, model: torch.nn.Module, timelines: Sequence[Timeline], pad_id: int = 0,
+                 *, trained_only: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        ...
+
 RefContext = Callable[[torch.nn.Module], contextlib.AbstractContextManager[Any]]
 """Around the reference forward: what turns `ref_model` into the reference (LoRA: the
 policy itself with its adapter off, `trainer.lora.reference`)."""
@@ -353,7 +358,8 @@ class StepRunner:
         L: int,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         rows = [r for e in episodes for r in e.rows]
-        logprobs_R, entropy_R = self.forward(self.model, rows, self.pad_id)
+        # Logits at the trained tokens only: `gather` reads nothing else.
+        logprobs_R, entropy_R = self.forward(self.model, rows, self.pad_id, trained_only=True)
         logprobs_E_L = gather(episodes, logprobs_R, L)
         old_logprobs_E_L = torch.stack([
             torch.nn.functional.pad(e.old_logprobs_L(), (0, L - e.num_generated)) for e in episodes
@@ -370,7 +376,7 @@ class StepRunner:
         metrics["_entropy_sum"] = float((entropy_E_L.detach() * mask_E_L).sum())
         if self.ref_model is not None and self.config.kl_coef > 0:
             with torch.no_grad(), self.ref_context(self.ref_model):
-                ref_R, _ = self.forward(self.ref_model, rows, self.pad_id)
+                ref_R, _ = self.forward(self.ref_model, rows, self.pad_id, trained_only=True)
             ref_logprobs_E_L = gather(episodes, ref_R, L)
             kl_E_L = algorithms.kl_penalty(logprobs_E_L, ref_logprobs_E_L, self.config.kl_penalty)
             kl_loss = algorithms.agg_loss(self.actor_cfg, kl_E_L, mask_E_L)
