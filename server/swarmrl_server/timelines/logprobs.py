@@ -210,9 +210,10 @@ def _kept_positions(
     kept: list[set[int]] = [set() for _ in unit.segments]
     for ti, path in zip(unit.timelines, unit.paths):
         t = timelines[ti]
+        trained = trained_positions(t)
         for s in path:
             g, N = unit.segments[s].start, len(unit.segments[s])
-            kept[s].update(i for i in range(min(N, len(t) - 1 - g)) if t.loss_mask[g + i + 1])
+            kept[s].update(p - g for p in trained if g <= p < g + N)
     return [sorted(k) or [0] for k in kept]
 
 
