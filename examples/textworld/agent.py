@@ -27,8 +27,10 @@ for token and the server merges the episode into one timeline.
 
 **Reward** (from the game): ``(score / max_score + won) / 2``: the quest's points
 and the win, each half; plus, with ``format_reward`` w > 0, w times the share of
-turns whose reply picked a command (a format reward: SmolLM2 mostly narrates, so
-nearly every game of a group is an all-``look`` loss and GRPO has nothing to compare);
+turns whose reply picked a command (a format reward, for the ``number`` agent: SmolLM2
+mostly narrates there, so nearly every game of a group is an all-``look`` loss and GRPO
+has nothing to compare; the ``text`` agent picks a command on most turns already, and
+there the format reward is a shortcut, paying ``examine ...`` that never advances a quest);
 plus, with ``progress_reward`` w > 0, w times the share of the quest done (`Result.progress`,
 from the game's own planner): at level 2 the score is the win alone (``max_score`` 1), so
 a game that got half-way earns nothing without it. Success (the eval's measure) is
