@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--choice", choices=sorted(CHOICES), default="number",
                    help="reply with the command itself (text) or its number")
     p.add_argument("--format-reward", type=float, default=0.0, metavar="W",
-                   help="add W x the share of turns whose reply picked a command")
+                   help="add W x the share of turns whose reply picked a command, for "
+                        "--choice number (with text it is a shortcut)")
     p.add_argument("--progress-reward", type=float, default=0.0, metavar="W",
                    help="add W x the share of the quest done (the game's own planner)")
     args = p.parse_args(argv)

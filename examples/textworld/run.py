@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-games", type=int, default=40, help="held-out games")
     p.add_argument("--max-steps", type=int, default=4, help="commands per game")
     p.add_argument("--format-reward", type=float, default=0.0, metavar="W",
-                   help="add W x the share of turns whose reply picked a command (agent.py)")
+                   help="add W x the share of turns whose reply picked a command, for "
+                        "--choice number (with text it is a shortcut; agent.py)")
     p.add_argument("--progress-reward", type=float, default=0.0, metavar="W",
                    help="add W x the share of the quest done, from the game's planner (agent.py)")
     p.add_argument("--choice", choices=("number", "text"), default="number",
