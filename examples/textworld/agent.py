@@ -211,12 +211,8 @@ def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
             env.close()
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--game", required=True, help="a TextWorld game file (.z8, its .json beside)")
-    p.add_argument("--max-steps", type=int, default=6)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-tokens", type=int, default=4, help="12 suits --choice text")
+def add_play_args(p: argparse.ArgumentParser) -> None:
+    """How `play` replies and is rewarded: this program's options, which ``run.py`` shares."""
     p.add_argument("--choice", choices=sorted(CHOICES), default="number",
                    help="reply with the command itself (text) or its number")
     p.add_argument("--format-reward", type=float, default=0.0, metavar="W",
@@ -224,6 +220,15 @@ def main(argv: list[str] | None = None) -> None:
                         "--choice number (with text it is a shortcut)")
     p.add_argument("--progress-reward", type=float, default=0.0, metavar="W",
                    help="add W x the share of the quest done (the game's own planner)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--game", required=True, help="a TextWorld game file (.z8, its .json beside)")
+    p.add_argument("--max-steps", type=int, default=6)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=int, default=4, help="12 suits --choice text")
+    add_play_args(p)
     args = p.parse_args(argv)
     client = OpenAI()  # OPENAI_BASE_URL / OPENAI_API_KEY
     result = play(args.game, client, os.environ.get("SWARMRL_MODEL", "smollm2"),

@@ -33,7 +33,7 @@ from openai import OpenAI
 
 import swarmrl
 from examples.env_runs import Server, add_common_args, gather_limited, run_from_args, train_options
-from examples.textworld.agent import GAME_LOCK, play
+from examples.textworld.agent import GAME_LOCK, add_play_args, play
 
 EVAL_SEED_BASE = 100_000
 
@@ -130,13 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-games", type=int, default=64)
     p.add_argument("--eval-games", type=int, default=40, help="held-out games")
     p.add_argument("--max-steps", type=int, default=4, help="commands per game")
-    p.add_argument("--format-reward", type=float, default=0.0, metavar="W",
-                   help="add W x the share of turns whose reply picked a command, for "
-                        "--choice number (with text it is a shortcut; agent.py)")
-    p.add_argument("--progress-reward", type=float, default=0.0, metavar="W",
-                   help="add W x the share of the quest done, from the game's planner (agent.py)")
-    p.add_argument("--choice", choices=("number", "text"), default="number",
-                   help="the agent's reply: a command itself, or its number (agent.py)")
+    add_play_args(p)
     p.set_defaults(out="runs/textworld", parallel_groups=2, batch_groups=2, max_tokens=4,
                    concurrency=16)
     return p
