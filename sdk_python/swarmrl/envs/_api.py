@@ -1,0 +1,273 @@
+"""What an environment is: items in named splits, and one rollout of an item.
+
+An environment is the thing a user brings: a dataset of problems and a scorer, a game,
+a tool sandbox, a verifiers environment, an OpenEnv server. swarmrl needs two things
+from it, and this module states them as an abstract base class:
+
+- ``items(split)``: the items of a split ("train", "val", "test"). Each `Item` carries
+  its data, the task it belongs to (GRPO groups and per-task reports are per task),
+  and what identifies its *content* (`Item.content`): the runner never plays an item
+  of val or test for training, and checks that on content, not on ids or file names.
+- ``play(rollout)``: plays one rollout of an item against one swarmrl episode and
+  returns an `Outcome` (reward, success, metrics). Every model call the rollout makes
+  goes through the episode: the SDK's ``rollout.chat``, or an OpenAI / Anthropic client
+  bound to the episode (``rollout.openai()``, ``rollout.anthropic()``), or any
+  HTTP harness given ``rollout.base_url`` and ``rollout.headers``. The server records
+  each call with its exact token ids; the runner ends the episode with the reward.
+
+The environment never starts, ends or aborts episodes itself; the runner owns that
+(so a failed rollout is aborted, never trained, and a retry is a fresh episode).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import hashlib
+import importlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from swarmrl._sampling import SamplingParams
+from swarmrl._types import ChatMessage, Completion, Tool
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
+
+    from swarmrl._episode import AsyncEpisode
+
+__all__ = ["SPLITS", "Environment", "HttpPools", "Item", "Outcome", "Rollout", "Split"]
+
+Split = Literal["train", "val", "test"]
+SPLITS: tuple[Split, ...] = ("train", "val", "test")
+"""The splits every environment names: train for training, val to choose settings and
+checkpoints, test to report once per run."""
+
+EPISODE_HEADER = "X-Swarmrl-Episode"
+"""The header that names a request's episode on the server's stable base URL."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One problem, game or task instance of an environment."""
+
+    id: str
+    """Identifier within the environment (shown in reports; not used for the split check)."""
+    data: Mapping[str, Any] = field(default_factory=dict)
+    """What `Environment.play` needs to play it (JSON-serialisable for records)."""
+    task: str = "default"
+    """The task it belongs to: the episode's task id, the unit of per-task reports and of
+    the trainer's task mix."""
+    content: str | None = None
+    """What identifies the item's content for the split check; None: `data` as canonical
+    JSON. Set it when `data` holds something incidental, such as a file path (the file's
+    bytes, a question's text)."""
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of `content` (or of `data` as canonical JSON): equal items, equal digests."""
+        text = self.content if self.content is not None else json.dumps(
+            self.data, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one rollout earned."""
+
+    reward: float
+    """The episode's reward: what the trainer trains on."""
+    success: bool | None = None
+    """Whether the rollout solved the item; None: the environment does not define success
+    (evaluation then reports the mean reward instead of a success rate)."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """Numbers to log and average (turns, tool calls, partial credit, ...)."""
+    info: Mapping[str, Any] = field(default_factory=dict)
+    """Anything else worth keeping in the rollout's record (JSON-serialisable)."""
+
+
+class HttpPools:
+    """One connection pool per HTTP client library, shared by every rollout of a runner.
+
+    An OpenAI client per rollout would otherwise open (and, cached by a harness, keep)
+    a connection per episode; clients built on one pool keep at most `size` open to the
+    server, whatever the number of episodes.
+    """
+
+    def __init__(self, size: int, timeout_s: float) -> None:
+        self._size = size
+        self._timeout_s = timeout_s
+        self._pools: dict[type, Any] = {}
+
+    def get(self, client_cls: type) -> Any:
+        """A shared instance of `client_cls`, a library's default async httpx client
+        (``openai.DefaultAsyncHttpxClient``); its ``Limits`` come from the same httpx
+        module it subclasses (openai 3 ships on httpx2, openai 2 on httpx)."""
+        pool = self._pools.get(client_cls)
+        if pool is None:
+            base = next(c for c in client_cls.__mro__ if c.__name__ == "AsyncClient")
+            httpx = importlib.import_module(base.__module__.split(".")[0])
+            pool = client_cls(
+                limits=httpx.Limits(max_connections=self._size,
+                                    max_keepalive_connections=self._size),
+                timeout=httpx.Timeout(self._timeout_s, connect=30.0))
+            self._pools[client_cls] = pool
+        return pool
+
+    async def aclose(self) -> None:
+        for pool in self._pools.values():
+            await pool.aclose()
+        self._pools.clear()
+
+
+class Rollout:
+    """One rollout in progress: the item, its split, and the episode every call goes through.
+
+    Made by the runner and handed to `Environment.play`. The clients it makes share
+    the runner's connection pool, so any number of rollouts keep at most the runner's
+    concurrency in open connections.
+    """
+
+    def __init__(
+        self,
+        item: Item,
+        split: Split,
+        episode: AsyncEpisode,
+        *,
+        model: str,
+        sampling: SamplingParams,
+        pools: HttpPools | None = None,
+        attempt: int = 0,
+    ) -> None:
+        self.item = item
+        """The item played."""
+        self.split = split
+        """The split it comes from; "train" rollouts are trained on, the others never."""
+        self.episode = episode
+        """The swarmrl episode recording this rollout's calls."""
+        self.model = model
+        """The model name to put in requests (``model=`` of an OpenAI call)."""
+        self.sampling = sampling
+        """How to sample: the runner's training sampling, or greedy for evaluation. Pass it
+        on (`chat` does; `openai_sampling` gives it as OpenAI request fields)."""
+        self.attempt = attempt
+        """0 for the first attempt; a retry after a failure is a fresh episode, attempt + 1."""
+        self._pools = pools or HttpPools(1, 600.0)
+
+    @property
+    def base_url(self) -> str:
+        """The episode's own OpenAI-compatible base URL (``.../k/<key>/v1``): an
+        unmodified agent that only takes a base URL lands every call in this episode."""
+        return self.episode.openai_base_url
+
+    @property
+    def api_key(self) -> str:
+        """The episode's API key (also accepted as ``Authorization: Bearer``)."""
+        return self.episode.openai_api_key
+
+    @property
+    def shared_base_url(self) -> str:
+        """The server's stable base URL (``.../v1``), the same for every episode: a
+        harness that caches one client per URL sends `headers` with each request."""
+        url = self.base_url
+        head, sep, rest = url.partition("/k/")
+        return head + "/" + rest.partition("/")[2] if sep else url
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers that name this episode on `shared_base_url`."""
+        return {EPISODE_HEADER: self.api_key}
+
+    def openai_sampling(self) -> dict[str, Any]:
+        """`sampling` as OpenAI request fields (only those set): ``temperature``,
+        ``top_p``, ``max_tokens``, ``stop``, ``seed``."""
+        s = self.sampling
+        fields = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens,
+                  "stop": list(s.stop) if isinstance(s.stop, Sequence) and not isinstance(
+                      s.stop, str) else s.stop, "seed": s.seed}
+        return {k: v for k, v in fields.items() if v is not None}
+
+    async def chat(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Tool] | None = None,
+        **options: Any,
+    ) -> Completion:
+        """One chat call through the SDK, with the rollout's model and sampling; keyword
+        options (``max_tokens=...``, ``stop=...``) override the sampling's fields."""
+        sampling = dataclasses.replace(self.sampling, **options) if options else self.sampling
+        return await self.episode.chat(messages, model=self.model, tools=tools, sampling=sampling)
+
+    def openai(self, **kwargs: Any) -> openai.AsyncOpenAI:
+        """An ``openai.AsyncOpenAI`` client bound to this episode (its base URL and key),
+        on the runner's shared connection pool. Needs ``pip install openai``."""
+        import openai
+
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key,
+                                  http_client=self._pools.get(openai.DefaultAsyncHttpxClient),
+                                  **kwargs)
+
+    def anthropic(self, **kwargs: Any) -> anthropic.AsyncAnthropic:
+        """An ``anthropic.AsyncAnthropic`` client bound to this episode. Needs
+        ``pip install anthropic``."""
+        import anthropic
+
+        base = self.base_url.removesuffix("/v1")  # the Anthropic client appends /v1/messages
+        return anthropic.AsyncAnthropic(
+            base_url=base, api_key=self.api_key,
+            http_client=self._pools.get(anthropic.DefaultAsyncHttpxClient), **kwargs)
+
+
+class Environment(abc.ABC):
+    """An environment swarmrl can train on and evaluate: subclass it, or adapt one
+    (`swarmrl.envs.verifiers`, `swarmrl.envs.openenv`).
+
+    .. code-block:: python
+
+        class Add(swarmrl.envs.Environment):
+            name = "add"
+
+            def items(self, split):
+                seed = {"train": 0, "val": 1, "test": 2}[split]
+                rng = random.Random(seed)
+                for i in range(1000 if split == "train" else 50):
+                    a, b = rng.randint(0, 99), rng.randint(0, 99)
+                    yield Item(f"{split}-{i}", {"a": a, "b": b, "answer": a + b})
+
+            async def play(self, rollout):
+                q = rollout.item.data
+                c = await rollout.chat([{"role": "user", "content": f"{q['a']}+{q['b']}="}])
+                ok = c.text.strip() == str(q["answer"])
+                return Outcome(reward=float(ok), success=ok)
+    """
+
+    name: str = ""
+    """A short name for logs and records (the class name when empty)."""
+
+    @abc.abstractmethod
+    def items(self, split: Split) -> Iterable[Item]:
+        """The items of `split`. val and test must be finite (they are played whole);
+        train may be endless (a generator of fresh problems), or finite (the runner cycles
+        it, reshuffled each pass)."""
+
+    @abc.abstractmethod
+    async def play(self, rollout: Rollout) -> Outcome:
+        """Plays one rollout of ``rollout.item``; every model call goes through
+        ``rollout`` (see `Rollout`). Raising fails the rollout: the runner aborts its
+        episode (never trained) and may retry it as a fresh episode."""
+
+    async def setup(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Called once before the first rollout (start a server, load games, ...)."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Called once after the last rollout."""
+
+    def describe(self) -> dict[str, Any]:
+        """The settings that define this environment, for run records (its arguments)."""
+        return {}
+
+    @property
+    def label(self) -> str:
+        """`name`, or the class name."""
+        return self.name or type(self).__name__
