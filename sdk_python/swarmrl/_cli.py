@@ -1,5 +1,6 @@
 """The ``swarmrl`` command: ``serve`` (the server, an optional extra), ``status``, ``run``,
-and the observability commands ``top``, ``plot`` and ``view``."""
+``train`` and ``eval`` (an environment against a server), and the observability commands
+``top``, ``plot`` and ``view``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ examples:
   swarmrl serve --model tiny                 # a server with a tiny model on 127.0.0.1:50051
   swarmrl status --target gpu-box:50051      # what a server hosts and how busy it is
   swarmrl serve --help                       # every server option
+  swarmrl train my_env:MyEnv --minutes 30    # train a model on your environment
+  swarmrl eval my_env:MyEnv --split test     # evaluate one
   swarmrl top                                # live console of a running server
   swarmrl plot runs/a runs/b                 # PNGs of training runs, overlaid
   swarmrl view runs/a/data                   # episode viewer, offline, from a data dir
@@ -71,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     # `run` is dispatched before parsing too (everything after `--` is the agent's command).
     commands.add_parser("run", help="run an agent command in episodes and report its reward")
     # Dispatched before parsing as well: each has its own parser (see `COMMAND --help`).
+    commands.add_parser("train", help="train a model on an environment (swarmrl.envs)")
+    commands.add_parser("eval", help="evaluate a model on a split of an environment")
     commands.add_parser("top", help="live console: models, trainer, clients, episodes, errors")
     commands.add_parser("plot", help="PNGs of training runs (reward, loss, merge, throughput)")
     commands.add_parser("view", help="token-level episode viewer in the browser")
@@ -85,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from swarmrl._run import main as run_main
 
         return run_main(args[1:])
+    if args and args[0] in ("train", "eval"):
+        from swarmrl.envs._cli import eval_main, train_main
+
+        return (train_main if args[0] == "train" else eval_main)(args[1:])
     if args and args[0] == "top":
         from swarmrl._top import main as top_main
 
