@@ -161,7 +161,8 @@ class Rollout:
     def base_url(self) -> str:
         """The episode's own OpenAI-compatible base URL (``.../k/<key>/v1``): an
         unmodified agent that only takes a base URL lands every call in this episode."""
-        return self.episode.openai_base_url
+        root = self.shared_base_url.removesuffix("/v1")
+        return f"{root}/k/{self.api_key}/v1"
 
     @property
     def api_key(self) -> str:
@@ -170,11 +171,10 @@ class Rollout:
 
     @property
     def shared_base_url(self) -> str:
-        """The server's stable base URL (``.../v1``), the same for every episode: a
-        harness that caches one client per URL sends `headers` with each request."""
-        url = self.base_url
-        head, sep, rest = url.partition("/k/")
-        return head + "/" + rest.partition("/")[2] if sep else url
+        """The server's stable base URL (``.../v1``), the same for every episode: with the
+        key as the client's API key, or with `headers` on each request (for a harness that
+        caches one client per URL and sets its own ``Authorization``)."""
+        return self.episode.openai_base_url
 
     @property
     def headers(self) -> dict[str, str]:
