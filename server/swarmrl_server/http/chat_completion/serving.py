@@ -166,7 +166,7 @@ class OpenAIServingChat:
                 for i, s in enumerate(samplings)
             ]
             gens = Generations(streams, chunks=req.stream)
-            await gens.start()
+            await gens.start(raw)
         except SwarmError as err:
             raise from_swarm_error(err, params) from None
         plan = _Plan(req, episode.episode_id, parse_tools, params)

@@ -108,7 +108,7 @@ class OpenAIServingCompletion:
                 for p, ids in enumerate(prompts) for i, s in enumerate(samplings)
             ]
             gens = Generations(streams, chunks=req.stream)
-            await gens.start()
+            await gens.start(raw)
         except SwarmError as err:
             raise from_swarm_error(err, PARAMS) from None
         if req.stream:

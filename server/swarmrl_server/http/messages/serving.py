@@ -165,7 +165,7 @@ class AnthropicServingMessages:
                 episode.episode_id, model=req.model, messages=messages, tools=tools,
                 sampling=sampling, input_field="input", request_id=req.request_id or "",
                 on_prompt=prompt_ids.extend, caller=IN_PROCESS)], chunks=req.stream)
-            await gens.start()
+            await gens.start(raw)
         except SwarmError as err:
             raise from_swarm_error(err, PARAMS) from None
         if req.stream:
