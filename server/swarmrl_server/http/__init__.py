@@ -52,5 +52,8 @@ refused with a 400 naming `tool_choice`, as are other options the server cannot
 honour (penalties, logit_bias, JSON response formats, parallel_tool_calls=false).
 
 Sampling: temperature, top_p, max_tokens / max_completion_tokens, stop, seed, n,
-logprobs / top_logprobs. Choice i of a seeded request samples with `seed + i`.
+logprobs / top_logprobs. Choice i of a seeded request samples with `seed + i`. Every
+other sampling setting (top_k, min_p, typical_p, top_a, repetition / presence /
+frequency / length penalties, logit_bias, min_tokens) is refused on every door with a
+400 naming it unless at its neutral value (`protocol.REFUSED_UNLESS_NEUTRAL` says why).
 """

@@ -146,8 +146,6 @@ class AnthropicServingMessages:
         episode = await self.auth.open_episode(raw)
         try:
             require_episode_model(req.model, episode.models, self.swarm.models)
-            if req.top_k is not None:
-                raise HttpError(400, "top_k: not supported by this server", param="top_k")
             messages = to_messages(req.system, req.messages)
             validate_messages(messages, "messages")
             tools, parse_tools = to_tools(req.tools, req.tool_choice, req.thinking)
