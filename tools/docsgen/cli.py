@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import tomllib
 from collections.abc import Iterator
+
+import tomllib
 
 from tools.docsgen import REPO, cell, table
 
