@@ -46,10 +46,6 @@ SPLITS: tuple[Split, ...] = ("train", "val", "test")
 """The splits every environment names: train for training, val to choose settings and
 checkpoints, test to report once per run."""
 
-EPISODE_HEADER = "X-Swarmrl-Episode"
-"""The header that names a request's episode on the server's stable base URL."""
-
-
 @dataclass(frozen=True)
 class Item:
     """One problem, game or task instance of an environment."""
@@ -179,7 +175,7 @@ class Rollout:
     @property
     def headers(self) -> dict[str, str]:
         """Headers that name this episode on `shared_base_url`."""
-        return {EPISODE_HEADER: self.api_key}
+        return self.episode.http_headers
 
     def openai_sampling(self) -> dict[str, Any]:
         """`sampling` as OpenAI request fields (only those set): ``temperature``,
