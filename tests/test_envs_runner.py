@@ -254,12 +254,14 @@ def test_swarmrl_train_runs_an_environment_file_end_to_end(tmp_path: Path,
          "--server-arg=--cache-dir", f"--server-arg={model_cache}", "--no-progress"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["train"]["groups"] == 4 and summary["eval_before"]["n"] == 4
+    card = json.loads((out / "card.json").read_text())
+    assert card["train"]["groups"] == 4
+    assert [e["name"] for e in card["evals"]] == ["before", "after"]
+    assert all(e["figures"]["n"] == 4 for e in card["evals"])
     rows = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
     trained = {r["episode_id"] for r in rows if r["trained"]}
-    evals = {r["episode_id"] for r in rows if r["split"] == "val"}
-    assert len(trained) == 8 and len(evals) == 8 and not trained & evals
+    evals = {r["episode_id"] for r in rows if r["split"] in ("val", "test")}
+    assert len(trained) == 8 and len(evals) == 12 and not trained & evals
     from tests.envs_support import trained_episode_ids
 
     consumed = trained_episode_ids(out / "data")

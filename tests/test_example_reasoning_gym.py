@@ -62,13 +62,15 @@ def test_swarmrl_train_trains_the_mix_and_never_the_eval(tmp_path: Path,
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rollouts(out)
     evals = [r for r in rows if r["split"] == "val"]
+    assert len([r for r in rows if r["split"] == "test"]) == 3 * 60  # once, at the end
     train = [r for r in rows if r["split"] == "train"]
     assert len(evals) == 12 and {r["task"] for r in evals} == {
         "basic_arithmetic", "chain_sum", "leg_counting"}  # before and after, 2 per task
     assert len(train) == 6 and all(r["trained"] for r in train)
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["eval_before"]["n"] == 6 and "by_task" in summary["eval_before"]
-    assert summary["env_describe"]["level"] == 1
+    card = json.loads((out / "card.json").read_text())
+    before = card["evals"][0]["figures"]
+    assert before["n"] == 6 and "by_task" in before
+    assert card["env"]["describe"]["level"] == 1
     steps = [json.loads(line) for line in (out / "data" / "metrics.jsonl").read_text().splitlines()]
     # The step trained each task's quota (one group of 2) and nothing else.
     assert steps[0]["reward/episodes"] == 6
@@ -93,15 +95,22 @@ def test_an_attached_run_resumes_where_it_stopped(tmp_path: Path, model_cache: P
             [sys.executable, "-m", "swarmrl", "train", "examples.reasoning_gym.env:ReasoningGym",
              "--env-arg", "mix=chain_sum", "--env-arg", "val_size=1", "--target", server.target,
              "--out", str(out), "--groups", str(groups), "--group-size", "2",
-             "--max-tokens", "4", "--no-progress"],
+             "--max-tokens", "4", "--no-progress", "--env-arg", "test_size=1"],
             cwd=REPO, check=True, capture_output=True, timeout=300)
 
     try:
         train(1)  # a first start that stopped after one group (a crashed client)
-        first = (out / "eval-before-val.json").read_text()
-        (out / "summary.json").unlink()  # as if it died before writing it
+        card = json.loads((out / "card.json").read_text())
+        first = card["evals"][0]
+        assert first["name"] == "before"
+        # As if it died after training, before its last evaluations.
+        card.pop("test")
+        card["evals"] = [first]
+        (out / "card.json").write_text(json.dumps(card))
         train(2)
-        assert (out / "eval-before-val.json").read_text() == first  # kept, not replayed
+        again = json.loads((out / "card.json").read_text())["evals"]
+        assert again[0] == first  # kept, not replayed
+        assert [e["name"] for e in again].count("before") == 1
         trained = [r for r in read_rollouts(out) if r["trained"]]
         assert len({r["group_id"] for r in trained}) == 2  # one more group, not two
         train(2)  # finished: plays nothing

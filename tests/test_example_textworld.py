@@ -130,6 +130,8 @@ def test_swarmrl_train_merges_turns_and_never_trains_the_eval(tmp_path: Path,
     evals = [r for r in rows if r["split"] == "val"]
     train = [r for r in rows if r["split"] == "train"]
     assert len(evals) == 2 and len(train) == 2 and all(r["trained"] for r in train)
+    tests = [r for r in rows if r["split"] == "test"]
+    assert len(tests) == 1 and not tests[0]["trained"]
     assert all(r["policy_versions"] for r in evals)
     consumed = trained_episode_ids(out / "data")
     assert consumed == {r["episode_id"] for r in train}
@@ -151,8 +153,8 @@ def test_swarmrl_train_merges_turns_and_never_trains_the_eval(tmp_path: Path,
 
     server = ServerProcess(data_dir=tmp_path / "data2", cache_dir=model_cache, http_port=0).start()
     try:
-        game = json.loads((out / "summary.json").read_text())  # the run's record
-        assert game["env_describe"]["level"] == 1
+        card = json.loads((out / "card.json").read_text())  # the run's record
+        assert card["env"]["describe"]["level"] == 1
         z8 = next((tmp_path / "games" / "level1").glob("seed1.z8"))
         done = subprocess.run(
             [sys.executable, "-m", "swarmrl._run", "--target", server.target, "--task-id",

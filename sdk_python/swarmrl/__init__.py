@@ -63,6 +63,7 @@ from swarmrl._types import (
     Resumed,
     ServerStatus,
     Tool,
+    TrainingState,
     Usage,
 )
 from swarmrl._version import __version__
@@ -112,6 +113,7 @@ __all__ = [
     "SwarmError",
     "TLSConfig",
     "Tool",
+    "TrainingState",
     "UnauthenticatedError",
     "UnavailableError",
     "UnimplementedError",

@@ -15,7 +15,7 @@ from swarmrl._retry import retry_once_after
 from swarmrl._session import Session, is_session_lost
 from swarmrl._streams import AsyncEventStream
 from swarmrl._transport import Transport
-from swarmrl._types import ClientList, EpisodeInfo, ModelInfo, ServerStatus
+from swarmrl._types import ClientList, EpisodeInfo, ModelInfo, ServerStatus, TrainingState
 from swarmrl_proto.v1 import admin_service_pb2 as admin_pb2
 from swarmrl_proto.v1 import episode_service_pb2 as episode_pb2
 from swarmrl_proto.v1 import session_service_pb2 as session_pb2
@@ -214,6 +214,55 @@ class AsyncSwarmClient:
             admin_pb2.GetLiveSnapshotRequest(), retryable=True,
         )
         return _convert.live_from_proto(response.snapshot)
+
+    async def save_checkpoint(self, model: str | None = None) -> list[str]:
+        """Checkpoints a model (None: every trainable model) now; returns the directories
+        written. Needs an admin key."""
+        response = await self._transport.unary(
+            "SaveCheckpoint", lambda s: s.admin.SaveCheckpoint,
+            admin_pb2.SaveCheckpointRequest(model=model or ""), retryable=True,
+        )
+        return list(response.paths)
+
+    async def hold_training(self, model: str | None = None, *, holder: str = "",
+                            reason: str = "") -> TrainingState:
+        """Holds a model's training: no optimizer step starts until `release_training`.
+
+        A step in progress finishes and its weights are served first, so everything
+        generated while the hold lasts comes from the returned policy version: what a
+        pinned evaluation needs. Generation goes on. Needs an admin key.
+
+        Args:
+            model: The model; None: the only trainable model.
+            holder: Who holds (holds of different holders stack; each lifts its own).
+            reason: Why, in words (logged).
+
+        Raises:
+            FailedPreconditionError: The model is not trained here (``NOT_TRAINABLE``).
+        """
+        request = admin_pb2.HoldTrainingRequest(model=model or "", holder=holder, reason=reason)
+        response = await self._transport.unary(
+            "HoldTraining", lambda s: s.admin.HoldTraining, request, retryable=True)
+        return TrainingState(response.model, response.policy_version, response.step)
+
+    async def release_training(self, model: str | None = None, *, holder: str = "") -> None:
+        """Lifts `holder`'s hold of a model's training (see `hold_training`)."""
+        request = admin_pb2.ReleaseTrainingRequest(model=model or "", holder=holder)
+        await self._transport.unary(
+            "ReleaseTraining", lambda s: s.admin.ReleaseTraining, request, retryable=True)
+
+    async def restore_checkpoint(self, path: str, model: str | None = None) -> TrainingState:
+        """Serves a checkpoint the server wrote (a `save_checkpoint` path) as a new policy
+        version of its model; `TrainingState.step` is the checkpoint's step. Needs an
+        admin key.
+
+        Raises:
+            InvalidArgumentError: `path` is not a checkpoint of the model (``field`` "path").
+        """
+        request = admin_pb2.RestoreCheckpointRequest(model=model or "", path=path)
+        response = await self._transport.unary(
+            "RestoreCheckpoint", lambda s: s.admin.RestoreCheckpoint, request, retryable=True)
+        return TrainingState(response.model, response.policy_version, response.checkpoint_step)
 
     async def declare_done(self, model: str | None = None) -> None:
         """Declares this client's share of the current training batch done.

@@ -32,6 +32,7 @@ from swarmrl._types import (
     ModelInfo,
     ServerStatus,
     Tool,
+    TrainingState,
 )
 
 __all__ = ["CompletionStream", "Episode", "EventStream", "SwarmClient"]
@@ -400,6 +401,24 @@ class SwarmClient:
         """What the server is doing now, as ``GET /swarmrl/live``'s JSON (see
         `AsyncSwarmClient.live_snapshot`)."""
         return self._runner.run(self._async.live_snapshot())
+
+    def save_checkpoint(self, model: str | None = None) -> list[str]:
+        """Checkpoints a model now (see `AsyncSwarmClient.save_checkpoint`)."""
+        return self._runner.run(self._async.save_checkpoint(model))
+
+    def hold_training(self, model: str | None = None, *, holder: str = "",
+                      reason: str = "") -> TrainingState:
+        """Holds a model's training (see `AsyncSwarmClient.hold_training`)."""
+        return self._runner.run(self._async.hold_training(model, holder=holder, reason=reason))
+
+    def release_training(self, model: str | None = None, *, holder: str = "") -> None:
+        """Lifts a hold of a model's training (see `AsyncSwarmClient.release_training`)."""
+        self._runner.run(self._async.release_training(model, holder=holder))
+
+    def restore_checkpoint(self, path: str, model: str | None = None) -> TrainingState:
+        """Serves a checkpoint as a new policy version (see
+        `AsyncSwarmClient.restore_checkpoint`)."""
+        return self._runner.run(self._async.restore_checkpoint(path, model))
 
     def declare_done(self, model: str | None = None) -> None:
         """Declares this client's share of the current batch done (see

@@ -192,6 +192,18 @@ class EpisodeInfo:
 
 
 @dataclass(frozen=True)
+class TrainingState:
+    """A model's policy version and trainer step, as a hold or a restore left them."""
+
+    model: str
+    """The model."""
+    policy_version: int
+    """The version served now (while a hold lasts, the only one)."""
+    step: int
+    """The trainer's last step (for a restore: the checkpoint's step)."""
+
+
+@dataclass(frozen=True)
 class ServerStatus:
     """What the server reports about itself."""
 

@@ -45,6 +45,7 @@ from google.protobuf.message import Message
 
 from swarmrl import _fake_model as toy
 from swarmrl._compat import Self
+from swarmrl._fake_admin import FakeAdmin
 from swarmrl._fake_rpc import (
     _C,
     _Abort,
@@ -57,7 +58,6 @@ from swarmrl._fake_rpc import (
     _streaming,
     _unary,
 )
-from swarmrl_proto.v1 import admin_service_pb2 as apb
 from swarmrl_proto.v1 import admin_service_pb2_grpc as admin_grpc
 from swarmrl_proto.v1 import episode_service_pb2 as epb
 from swarmrl_proto.v1 import episode_service_pb2_grpc as episode_grpc
@@ -76,7 +76,7 @@ _OPEN = types_pb2.EPISODE_STATE_OPEN
 class FakeSwarmServer(
     session_grpc.SessionServiceServicer,
     episode_grpc.EpisodeServiceServicer,
-    admin_grpc.AdminServiceServicer,
+    FakeAdmin,
 ):
     """A swarm server on ``127.0.0.1`` with a deterministic toy model; see the module doc.
 
@@ -448,51 +448,3 @@ class FakeSwarmServer(
         if req.include_calls:
             response.episode.calls.extend(ep.calls)
         return response
-
-    # -- AdminService ---------------------------------------------------------------
-
-    @_unary
-    async def GetStatus(self, req: apb.GetStatusRequest, ctx: _Ctx) -> apb.GetStatusResponse:
-        return apb.GetStatusResponse(
-            server_instance=self.instance,
-            sessions=len(self._sessions),
-            open_episodes=sum(ep.record.state == _OPEN for ep in self._episodes.values()),
-            ended_episodes=self._ended,
-            aborted_episodes=self._aborted,
-            paused=self._pause is not None,
-            models=toy.model_infos(self._versions),
-            last_event_sequence=self._events.last_sequence,
-        )
-
-    @_unary
-    async def GetLiveSnapshot(
-        self, req: apb.GetLiveSnapshotRequest, ctx: _Ctx
-    ) -> apb.GetLiveSnapshotResponse:
-        live = toy.live_snapshot(self.instance, self._versions, self._episodes.values())
-        live.sessions, live.paused = len(self._sessions), self._pause[0] if self._pause else ""
-        live.episodes.ended, live.episodes.aborted = self._ended, self._aborted
-        return apb.GetLiveSnapshotResponse(snapshot=live)
-
-    @_unary
-    async def ListModels(self, req: apb.ListModelsRequest, ctx: _Ctx) -> apb.ListModelsResponse:
-        return apb.ListModelsResponse(models=toy.model_infos(self._versions))
-
-    @_unary
-    async def PauseGeneration(
-        self, req: apb.PauseGenerationRequest, ctx: _Ctx
-    ) -> apb.PauseGenerationResponse:
-        self.pause(req.reason)
-        return apb.PauseGenerationResponse()
-
-    @_unary
-    async def ResumeGeneration(
-        self, req: apb.ResumeGenerationRequest, ctx: _Ctx
-    ) -> apb.ResumeGenerationResponse:
-        self.resume()
-        return apb.ResumeGenerationResponse()
-
-    @_unary
-    async def SaveCheckpoint(
-        self, req: apb.SaveCheckpointRequest, ctx: _Ctx
-    ) -> apb.SaveCheckpointResponse:
-        return apb.SaveCheckpointResponse()  # a toy model has nothing to save

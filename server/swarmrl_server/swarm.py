@@ -21,7 +21,7 @@ from swarmrl_server.episodes.clients import (
 from swarmrl_server.episodes.registry import EpisodeRegistry
 from swarmrl_server.episodes.resolve import GenerationPolicy
 from swarmrl_server.episodes.sessions import SessionTable
-from swarmrl_server.errors import Reason, not_found, precondition
+from swarmrl_server.errors import Reason, invalid, not_found, precondition
 from swarmrl_server.events import EventLog
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.observe.telemetry import GaugeSample, Telemetry
@@ -181,6 +181,36 @@ class Swarm:
     async def save_checkpoints(self, model: str = "") -> list[Path]:
         """Checkpoints `model` (or every trainable model) now."""
         return [await t.save_checkpoint() for t in self._trainers(model, "checkpoint")]
+
+    async def hold_training(self, model: str, holder: str, reason: str) -> tuple[str, int, int]:
+        """Holds the training of `model` (the only trainable model when empty) for
+        `holder`; returns (model, policy version served meanwhile, step)."""
+        trainer = self._one_trainer(model, "hold")
+        version, step = await trainer.hold(holder or "admin", reason)
+        return trainer.name, version, step
+
+    def release_training(self, model: str, holder: str) -> None:
+        """Lifts `holder`'s hold of `model`'s training."""
+        self._one_trainer(model, "release").release(holder or "admin")
+
+    async def restore_checkpoint(self, model: str, path: str) -> tuple[str, int, int]:
+        """Serves a checkpoint of `model` as a new policy version; returns (model, policy
+        version, the checkpoint's step)."""
+        trainer = self._one_trainer(model, "restore")
+        if not path:
+            raise invalid("path", "a checkpoint directory is required")
+        try:
+            version, step = await trainer.restore(Path(path))
+        except (FileNotFoundError, ValueError) as err:
+            raise invalid("path", str(err)) from None
+        return trainer.name, version, step
+
+    def _one_trainer(self, model: str, action: str) -> Any:
+        """The trainer of `model`, or the only trainable model's when `model` is empty."""
+        trainers = self._trainers(model, action)
+        if len(trainers) > 1:
+            raise invalid("model", f"several models train here: name the one to {action}")
+        return trainers[0]
 
     def _trainers(self, model: str, action: str) -> list[Any]:
         """The trainer of `model`, or of every trainable model when `model` is empty."""

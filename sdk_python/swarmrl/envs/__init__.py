@@ -25,8 +25,8 @@ Adapters for the ecosystem's environments live in `swarmrl.envs.verifiers` and
 
 from swarmrl.envs._api import SPLITS, Environment, Item, Outcome, Rollout, Split
 from swarmrl.envs._load import load_environment, parse_env_args
-from swarmrl.envs._report import EvalReport
-from swarmrl.envs._runner import RolloutRecord, Runner, RunnerConfig, TrainReport
+from swarmrl.envs._report import EvalReport, RolloutRecord
+from swarmrl.envs._runner import Runner, RunnerConfig, TrainReport
 from swarmrl.envs._stats import bootstrap_mean, wilson
 
 __all__ = [

@@ -2,12 +2,13 @@
 
 Both either start a server (``--model``, ``--engine``, ``--train-option``, ``--server-arg``;
 stopped at the end) or attach to a running one (``--target``). Everything a run writes
-goes to ``--out``: ``rollouts.jsonl`` (one record per rollout, train and eval),
-``eval-*.json`` (each evaluation's figures) and ``summary.json``.
+goes to ``--out``: ``rollouts.jsonl`` (one record per rollout, train and eval) and the run
+card, ``card.json`` + ``card.md`` (`_card`). ``swarmrl train`` follows `_flow`: val before
+on a pinned version, training, val after, the best checkpoint by val, test once on it.
 
 An attached ``swarmrl train`` (``--target``, e.g. a study's client) started again on the
-same ``--out`` resumes: it keeps its eval before, its first start's deadline and the
-groups it trained, and once finished plays nothing more.
+same ``--out`` resumes: it keeps its evaluations so far, its first start's deadline and
+the groups it trained, and once finished plays nothing more.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from typing import IO, Any
 
 from swarmrl._client import AsyncSwarmClient
 from swarmrl._sampling import SamplingParams
-from swarmrl.envs._api import Environment, Split
+from swarmrl.envs import _card
+from swarmrl.envs._api import Environment
+from swarmrl.envs._flow import Budget, evaluate_once, splits_record, train_and_test
 from swarmrl.envs._load import load_environment, parse_env_args
-from swarmrl.envs._report import EvalReport
-from swarmrl.envs._runner import RolloutRecord, Runner, RunnerConfig
+from swarmrl.envs._report import RolloutRecord
+from swarmrl.envs._runner import Runner, RunnerConfig
 from swarmrl.envs._server import ServerProcess
 
 __all__ = ["eval_main", "train_main"]
@@ -79,8 +82,11 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "train":
         p = argparse.ArgumentParser(
             prog="swarmrl train", formatter_class=argparse.RawDescriptionHelpFormatter,
-            description="Train a model on an environment: evaluate val, play GRPO groups "
-                        "for --minutes or --groups, evaluate val again.",
+            description="Train a model on an environment: evaluate val (each evaluation on "
+                        "one pinned policy version), play GRPO groups for --minutes or "
+                        "--groups, evaluate val again, then test once on the best "
+                        "checkpoint by val. Writes rollouts.jsonl and a run card "
+                        "(card.json, card.md) into --out.",
             epilog=_ENV_HELP + "\nexample:\n  swarmrl train examples.reasoning_gym.env:"
                    "ReasoningGym --model smollm2 --minutes 30 --train-option lr=1e-5\n")
     else:
@@ -105,9 +111,18 @@ def _parser(command: str) -> argparse.ArgumentParser:
                        help="training sampling temperature (evaluation is greedy)")
         p.add_argument("--top-p", type=float, help="training nucleus sampling mass")
         p.add_argument("--seed", type=int, default=0, help="order of a finite train split")
-        p.add_argument("--eval-split", choices=("val", "none"), default="val",
-                       help="evaluate this split before and after training (default: val)")
-        p.add_argument("--eval-limit", type=int, help="evaluate only the first N items")
+        p.add_argument("--val", action=argparse.BooleanOptionalAction, default=True,
+                       help="evaluate val before, after and every --eval-every versions "
+                            "(pinned), checkpointing each evaluated version")
+        p.add_argument("--eval-every", type=int, default=0, metavar="N",
+                       help="also evaluate val every N policy versions (0: only before and "
+                            "after)")
+        p.add_argument("--eval-limit", type=int, help="evaluate only the first N val items")
+        p.add_argument("--test", action=argparse.BooleanOptionalAction, default=True,
+                       help="at the end, serve the best checkpoint by val and evaluate test "
+                            "on it, once (--no-test while choosing settings)")
+        p.add_argument("--from-card", type=Path, metavar="CARD",
+                       help="repeat the run a card.json records (with a new --out)")
     else:
         p.add_argument("--split", choices=("val", "test"), default="val",
                        help="the split to evaluate (default: val)")
@@ -133,12 +148,6 @@ class _Records:
         self._file.close()
 
 
-def _out_dir(args: argparse.Namespace, env: Environment) -> Path:
-    out: Path = args.out or Path("runs") / f"{env.label}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
 def _server(args: argparse.Namespace, out: Path, train_options: dict[str, str] | None
             ) -> ServerProcess:
     if args.target:
@@ -154,7 +163,10 @@ def _server(args: argparse.Namespace, out: Path, train_options: dict[str, str] |
 
 
 def _train_options(args: argparse.Namespace) -> dict[str, str]:
-    options = {"group_size": str(args.group_size)}
+    """The started server's train options: the given ones, with group_size from
+    --group-size and, unless given, every checkpoint kept (the best by val must still be
+    there to be tested)."""
+    options = {"group_size": str(args.group_size), "keep_checkpoints": "1000000"}
     for pair in args.train_option:
         key, sep, value = pair.partition("=")
         if not sep:
@@ -177,116 +189,116 @@ def _runner_config(args: argparse.Namespace, *, training: bool) -> RunnerConfig:
         agent_version="swarmrl-train" if training else "swarmrl-eval")
 
 
-def _write_eval(out: Path, name: str, report: EvalReport) -> dict[str, Any]:
-    figures = report.as_dict()
-    (out / f"eval-{name}.json").write_text(json.dumps(figures, indent=1) + "\n")
-    print(str(report), file=sys.stderr)
-    return figures
-
-
-def _resumed(out: Path, args: argparse.Namespace) -> tuple[dict[str, Any] | None, float | None,
-                                                          int | None]:
-    """What an attached run started again on the same --out keeps (a study restarts its
-    clients): the eval before, the first start's deadline, the groups already trained.
-    Returns (eval before or None, seconds left or None, groups left or None)."""
-    before_file = out / "eval-before-val.json"
-    before = json.loads(before_file.read_text()) if before_file.is_file() else None
-    seconds = None
+def _budget(out: Path, args: argparse.Namespace) -> Budget:
+    """What is left of --minutes / --groups; a restarted attached run keeps its first
+    start's deadline (``out/train-started``) and counts the groups it already trained."""
+    deadline = None
     if args.minutes is not None:
         marker = out / "train-started"
         if not marker.is_file():
             marker.write_text(f"{time.time()}\n")
-        seconds = max(0.0, float(marker.read_text()) + args.minutes * 60 - time.time())
+        deadline = float(marker.read_text()) + args.minutes * 60
     groups = args.groups
     rollouts = out / "rollouts.jsonl"
     if groups is not None and rollouts.is_file():
         done = {r["group_id"] for r in map(json.loads, rollouts.read_text().splitlines())
                 if r.get("trained")}
         groups = max(0, groups - len(done))
-    return before, seconds, groups
+    return Budget(deadline, groups)
 
 
-async def _train(args: argparse.Namespace, env: Environment, target: str, out: Path,
-                 summary: dict[str, Any]) -> None:
-    before, seconds, groups = _resumed(out, args)
+def _server_record(args: argparse.Namespace, out: Path, train_options: dict[str, str] | None
+                   ) -> dict[str, Any]:
+    if args.target:
+        return {"attached": args.target, "summary": {"target": args.target}}
+    effective = {}
+    for path in sorted((out / "data").glob("trainer-config-*.json")):
+        effective[path.stem.removeprefix("trainer-config-")] = json.loads(path.read_text())
+    return {"model": args.model, "engine": args.engine or "hf (default)",
+            "server_args": list(args.server_arg), "train_options_given": train_options,
+            "train_options": effective,
+            "summary": {"model": args.model, "engine": args.engine or "hf"}}
+
+
+async def _play(args: argparse.Namespace, command: str, env: Environment, target: str,
+                out: Path, card: dict[str, Any]) -> None:
     records = _Records(out / "rollouts.jsonl")
-    config = _runner_config(args, training=True)
-    summary["runner"] = _jsonable(asdict(config))
-    split: Split = "val"
+    config = _runner_config(args, training=command == "train")
+    card["runner"] = json.loads(json.dumps(asdict(config), default=str))
+
+    def save() -> None:
+        _card.write(out, card)
+
     try:
         async with AsyncSwarmClient(target, api_key=args.api_key) as client:
             async with Runner(env, client, config, on_record=records) as runner:
-                if args.eval_split != "none":
-                    summary["eval_before"] = before or _write_eval(
-                        out, f"before-{split}", await runner.evaluate(split, limit=args.eval_limit))
-                if seconds != 0.0 and groups != 0:
-                    report = await runner.train(groups=groups, seconds=seconds)
-                    summary["train"] = report.as_dict()
-                    print(f"trained: {report.groups} groups, {report.rollouts} rollouts, "
-                          f"{report.groups_aborted} groups aborted, "
-                          f"{report.skipped_held_out} held-out items skipped", file=sys.stderr)
+                if command == "train":
+                    await train_and_test(
+                        runner, card, save, budget=_budget(out, args),
+                        eval_every=args.eval_every, eval_limit=args.eval_limit,
+                        val=args.val, test=args.test)
                 else:
-                    summary["train"] = {"note": "the budget was spent before a restart"}
-                if args.eval_split != "none":
-                    summary["eval_after"] = after = _write_eval(
-                        out, f"after-{split}", await runner.evaluate(split, limit=args.eval_limit))
-                    rate = "success_rate" if "success_rate" in after else "mean_reward"
-                    first = summary["eval_before"].get(rate)
-                    if first is not None and after.get(rate) is not None:
-                        summary["gain"] = round(after[rate] - first, 4)
+                    card["splits"] = splits_record(runner, args.split == "test")
+                    card["evals"].append(await evaluate_once(
+                        runner, args.split, args.split, limit=args.limit, k=args.k))
     finally:
         records.close()
 
 
-async def _eval(args: argparse.Namespace, env: Environment, target: str, out: Path,
-                summary: dict[str, Any]) -> None:
-    records = _Records(out / "rollouts.jsonl")
-    config = _runner_config(args, training=False)
-    summary["runner"] = _jsonable(asdict(config))
-    try:
-        async with AsyncSwarmClient(target, api_key=args.api_key) as client:
-            async with Runner(env, client, config, on_record=records) as runner:
-                report = await runner.evaluate(args.split, k=args.k, limit=args.limit)
-                summary["eval"] = _write_eval(out, args.split, report)
-    finally:
-        records.close()
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
+def _from_card(command: str, argv: Sequence[str]) -> list[str]:
+    """``--from-card CARD [--out DIR]``: the card's own arguments, with a new --out."""
+    p = argparse.ArgumentParser(prog=f"swarmrl {command} --from-card")
+    p.add_argument("--from-card", type=Path, required=True)
+    p.add_argument("--out", type=Path)
+    known, rest = p.parse_known_args(argv)
+    if rest:
+        raise SystemExit(f"swarmrl {command} --from-card takes only --out, not {rest}")
+    card = json.loads(known.from_card.read_text())
+    if card.get("kind") != command:
+        raise SystemExit(f"{known.from_card} is a {card.get('kind')} card, not a {command} card")
+    old = list(card["argv"])
+    if "--out" in old:
+        i = old.index("--out")
+        del old[i:i + 2]
+    old = [a for a in old if not a.startswith("--out=")]
+    out = known.out or Path("runs") / f"{card['env']['label']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return [*old, "--out", str(out)]
 
 
 def _main(command: str, argv: Sequence[str]) -> int:
+    argv = list(argv)
+    if any(a == "--from-card" or a.startswith("--from-card=") for a in argv):
+        argv = _from_card(command, argv)
     args = _parser(command).parse_args(argv)
     try:
         env = load_environment(args.env, parse_env_args(args.env_arg))
     except (ValueError, TypeError, ImportError) as err:
         print(f"swarmrl {command}: {err}", file=sys.stderr)
         return 2
-    out = _out_dir(args, env)
-    done = out / "summary.json"
-    if command == "train" and args.target and done.is_file() and "train" in json.loads(
-            done.read_text()):
+    out: Path = args.out or Path("runs") / f"{env.label}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    previous = json.loads((out / "card.json").read_text()) if (out / "card.json").is_file() else None
+    if command == "train" and args.target and previous and "test" in previous:
         print(f"{out} already finished", file=sys.stderr)  # a restarted study client
         return 0
+    card = _card.base(command, argv, args.env, env.label, parse_env_args(args.env_arg),
+                      env.describe())
+    if command == "train" and args.target and previous:
+        card["evals"] = previous.get("evals", [])  # a resumed run keeps what it measured
     train_options = _train_options(args) if command == "train" else None
-    summary: dict[str, Any] = {
-        "command": ["swarmrl", command, *argv], "env": args.env, "env_label": env.label,
-        "env_args": parse_env_args(args.env_arg), "env_describe": _jsonable(env.describe()),
-        "target": args.target, "model": None if args.target else args.model,
-        "engine": None if args.target else args.engine, "train_options": train_options}
     # SIGTERM (a stopped run) unwinds like Ctrl-C, so a started server is stopped too.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     t0 = time.monotonic()
     server = _server(args, out, train_options)
+    card["server"] = _server_record(args, out, train_options)
+    card["packages"] = _card.package_versions(None if args.target else args.engine)
     try:
-        play = _train if command == "train" else _eval
-        asyncio.run(play(args, env, server.target, out, summary))
+        asyncio.run(_play(args, command, env, server.target, out, card))
     finally:
         server.stop()
-        summary["seconds"] = round(time.monotonic() - t0, 1)
-        (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"wrote {out / 'summary.json'}", file=sys.stderr)
+        card["wall_s"] = round(time.monotonic() - t0, 1)
+        _card.write(out, card)
+    print(f"wrote {out / 'card.json'} and card.md", file=sys.stderr)
     return 0
 
 

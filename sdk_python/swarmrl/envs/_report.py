@@ -6,15 +6,45 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import Any
 
+from swarmrl.envs._api import Split
 from swarmrl.envs._stats import bootstrap_mean, wilson
 
-if TYPE_CHECKING:
-    from swarmrl.envs._runner import RolloutRecord
+__all__ = ["EvalReport", "RolloutRecord"]
 
-__all__ = ["EvalReport"]
+
+@dataclass(frozen=True)
+class RolloutRecord:
+    """One finished rollout (the last attempt's, for a retried one)."""
+
+    split: Split
+    item_id: str
+    task: str
+    episode_id: str
+    group_id: str
+    attempt: int
+    reward: float | None
+    """None when the rollout failed."""
+    success: bool | None
+    metrics: dict[str, float]
+    info: dict[str, Any]
+    error: str
+    """Why the rollout failed ("" when it did not)."""
+    seconds: float
+    policy_versions: tuple[int, ...] = ()
+    """Policy versions of the episode's calls (filled for evaluation rollouts)."""
+    trained: bool = False
+    """Whether its episode was ended (queued for training); False: aborted."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 
 def _figures(records: Sequence[RolloutRecord]) -> dict[str, Any]:
@@ -40,6 +70,8 @@ class EvalReport:
     k: int
     records: list[RolloutRecord]
     seconds: float
+    pinned_version: int | None = None
+    """The policy version the evaluation was pinned to (None: not pinned)."""
 
     @property
     def policy_versions(self) -> list[int]:
@@ -68,7 +100,8 @@ class EvalReport:
     def as_dict(self) -> dict[str, Any]:
         tasks = sorted({r.task for r in self.records})
         out = {"env": self.env, "split": self.split, "k": self.k, **_figures(self.records),
-               "policy_versions": self.policy_versions, "seconds": round(self.seconds, 1)}
+               "policy_versions": self.policy_versions, "pinned_version": self.pinned_version,
+               "seconds": round(self.seconds, 1)}
         if self.k > 1:
             out["pass_at_k"] = self.pass_at_k()
         if len(tasks) > 1:

@@ -30,7 +30,7 @@ import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,11 +38,12 @@ import structlog
 
 from swarmrl._client import AsyncSwarmClient
 from swarmrl._episode import AsyncEpisode
+from swarmrl._errors import FailedPreconditionError
 from swarmrl._sampling import SamplingParams
 from swarmrl.envs._api import Environment, HttpPools, Item, Outcome, Rollout, Split
-from swarmrl.envs._report import EvalReport
+from swarmrl.envs._report import EvalReport, RolloutRecord
 
-__all__ = ["RolloutRecord", "Runner", "RunnerConfig", "TrainReport"]
+__all__ = ["Runner", "RunnerConfig", "TrainReport"]
 
 _log = structlog.get_logger("swarmrl.envs")
 
@@ -81,37 +82,6 @@ class RunnerConfig:
             raise ValueError("retries must be >= 0 and rollout_timeout_s > 0")
 
 
-@dataclass(frozen=True)
-class RolloutRecord:
-    """One finished rollout (the last attempt's, for a retried one)."""
-
-    split: Split
-    item_id: str
-    task: str
-    episode_id: str
-    group_id: str
-    attempt: int
-    reward: float | None
-    """None when the rollout failed."""
-    success: bool | None
-    metrics: dict[str, float]
-    info: dict[str, Any]
-    error: str
-    """Why the rollout failed ("" when it did not)."""
-    seconds: float
-    policy_versions: tuple[int, ...] = ()
-    """Policy versions of the episode's calls (filled for evaluation rollouts)."""
-    trained: bool = False
-    """Whether its episode was ended (queued for training); False: aborted."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.error
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 @dataclass
 class TrainReport:
     """What `Runner.train` played."""
@@ -127,6 +97,13 @@ class TrainReport:
     """Train items skipped because their content is a val or test item's."""
     seconds: float = 0.0
     rewards: list[float] = field(default_factory=list)
+
+    def add(self, other: TrainReport) -> None:
+        """Adds another stretch of training (a run trains in stretches between evaluations)."""
+        for name in ("groups", "groups_aborted", "rollouts", "failed_attempts", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.skipped_held_out = other.skipped_held_out  # the runner's running count
+        self.rewards += other.rewards
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -160,6 +137,8 @@ class Runner:
         """Content digest -> split, of every val and test item."""
         self._held_out_items: dict[str, list[Item]] = {}
         self._version = -1
+        self._pin: int | None = None
+        """The policy version a `pinned()` block holds, inside one."""
         self.skipped_held_out = 0
 
     async def __aenter__(self) -> Runner:
@@ -298,9 +277,10 @@ class Runner:
         return records
 
     async def train(self, *, groups: int | None = None, seconds: float | None = None,
-                    ) -> TrainReport:
-        """Plays training groups until `groups` groups are done or `seconds` have passed
-        (groups in flight then finish); at least one of the two must be given."""
+                    until_version: int | None = None) -> TrainReport:
+        """Plays training groups until `groups` groups are done, `seconds` have passed or
+        the served policy version reaches `until_version` (groups in flight then finish);
+        `groups` or `seconds` must be given."""
         if groups is None and seconds is None:
             raise ValueError("train() needs groups or seconds")
         report, t0 = TrainReport(), time.monotonic()
@@ -308,13 +288,16 @@ class Runner:
         items = self.train_items()
         in_flight: set[asyncio.Task[list[RolloutRecord]]] = set()
         width = max(1, math.ceil(self.config.concurrency / self.config.group_size)) + 1
-        started, exhausted = 0, False
+        started, exhausted, reached = 0, False, False
         progress = _Progress(self, "train", total=groups, seconds=seconds)
         try:
             with progress:
                 while True:
+                    if until_version is not None and not reached:
+                        reached = await self.policy_version() >= until_version
                     while (len(in_flight) < width and time.monotonic() < deadline
-                           and (groups is None or started < groups) and not exhausted):
+                           and (groups is None or started < groups) and not exhausted
+                           and not reached):
                         item = next(items, None)  # a finite generator may run out
                         if item is None:
                             exhausted = True
@@ -324,7 +307,7 @@ class Runner:
                     if not in_flight:
                         break
                     done, in_flight = await asyncio.wait(
-                        in_flight, timeout=max(0.0, min(deadline - time.monotonic(), 5.0)),
+                        in_flight, timeout=max(0.0, min(deadline - time.monotonic(), 2.0)),
                         return_when=asyncio.FIRST_COMPLETED)
                     for task in done:
                         progress.add(task.result())
@@ -339,12 +322,65 @@ class Runner:
 
     # -- evaluation -----------------------------------------------------------------------
 
-    async def evaluate(self, split: Split = "val", *, k: int = 1,
-                       limit: int | None = None) -> EvalReport:
+    @contextlib.asynccontextmanager
+    async def pinned(self, reason: str = "") -> AsyncIterator[int]:
+        """Holds the model's training for the block (`hold_training`: a step in progress
+        lands first, none starts until the block ends) and yields the policy version
+        served meanwhile. Evaluations inside play that version, and a checkpoint saved
+        inside holds its weights. A model nothing trains is pinned by construction.
+        Holding needs an admin key on a server with keys."""
+        if self._pin is not None:  # nested: the outer hold covers it
+            yield self._pin
+            return
+        holder = f"swarmrl-runner-{uuid.uuid4().hex[:8]}"
+        try:
+            held = await self.client.hold_training(
+                self.config.model or None, holder=holder, reason=reason or "pinned evaluation")
+        except FailedPreconditionError:  # not trained here: its version never changes
+            self._pin = await self.policy_version()
+            try:
+                yield self._pin
+            finally:
+                self._pin = None
+            return
+        self._pin = held.policy_version
+        try:
+            yield held.policy_version
+        finally:
+            self._pin = None
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.client.release_training(held.model, holder=holder))
+
+    async def restore(self, checkpoint: str) -> int:
+        """Serves a checkpoint the server wrote as a new policy version (`restore_checkpoint`)
+        and returns it; inside `pinned()`, the block's evaluations then play it."""
+        state = await self.client.restore_checkpoint(checkpoint, self.config.model or None)
+        if self._pin is not None:
+            self._pin = state.policy_version
+        return state.policy_version
+
+    async def evaluate(self, split: Split = "val", *, k: int = 1, limit: int | None = None,
+                       pin: bool = True) -> EvalReport:
         """Plays every item of `split` (val or test; the first `limit` items) `k` times,
-        aborts every episode (never trained) and reports success or mean reward."""
+        aborts every episode (never trained) and reports success or mean reward.
+
+        With `pin` (inside `pinned()` or holding on its own), every call plays one
+        policy version, which the report names; an evaluation that saw another version
+        raises."""
         if split not in ("val", "test"):
             raise ValueError(f"evaluate() plays val or test, not {split!r}")
+        if not pin:
+            return await self._evaluate(split, k, limit, None)
+        async with self.pinned(f"evaluating {self.env.label} {split}") as version:
+            report = await self._evaluate(split, k, limit, version)
+        stray = set(report.policy_versions) - {version}
+        if stray:
+            raise RuntimeError(f"{self.env.label} {split}: evaluation pinned to version "
+                               f"{version} played versions {sorted(stray)}")
+        return report
+
+    async def _evaluate(self, split: Split, k: int, limit: int | None,
+                        pinned: int | None) -> EvalReport:
         items = self.held_out(split)[:limit]
         sampling = self.config.eval_sampling if k == 1 else self.config.sampling
         t0 = time.monotonic()
@@ -365,7 +401,7 @@ class Runner:
 
         with progress:
             records = list(await asyncio.gather(*(one(i) for i in items for _ in range(k))))
-        return EvalReport(self.env.label, split, k, records, time.monotonic() - t0)
+        return EvalReport(self.env.label, split, k, records, time.monotonic() - t0, pinned)
 
     async def policy_version(self) -> int:
         """The served version of the rollouts' model (-1 when unknown)."""

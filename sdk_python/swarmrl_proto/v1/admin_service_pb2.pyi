@@ -250,6 +250,165 @@ class SaveCheckpointResponse(_message.Message):
 Global___SaveCheckpointResponse: _TypeAlias = SaveCheckpointResponse  # noqa: Y015
 
 @_typing.final
+class HoldTrainingRequest(_message.Message):
+    """Request of HoldTraining."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    HOLDER_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model; empty means the only trainable model."""
+    holder: _builtins.str
+    """Who holds: holds of different holders stack, and each holder lifts only its own."""
+    reason: _builtins.str
+    """Why, in words (logged)."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        holder: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder", "model", b"model", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HoldTrainingRequest: _TypeAlias = HoldTrainingRequest  # noqa: Y015
+
+@_typing.final
+class HoldTrainingResponse(_message.Message):
+    """Response of HoldTraining."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    POLICY_VERSION_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model held."""
+    policy_version: _builtins.int
+    """The policy version served while the hold lasts."""
+    step: _builtins.int
+    """The trainer's last optimizer step."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        policy_version: _builtins.int = ...,
+        step: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "policy_version", b"policy_version", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HoldTrainingResponse: _TypeAlias = HoldTrainingResponse  # noqa: Y015
+
+@_typing.final
+class ReleaseTrainingRequest(_message.Message):
+    """Request of ReleaseTraining."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    HOLDER_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model; empty means the only trainable model."""
+    holder: _builtins.str
+    """The holder whose hold to lift."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        holder: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder", "model", b"model"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseTrainingRequest: _TypeAlias = ReleaseTrainingRequest  # noqa: Y015
+
+@_typing.final
+class ReleaseTrainingResponse(_message.Message):
+    """Response of ReleaseTraining."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseTrainingResponse: _TypeAlias = ReleaseTrainingResponse  # noqa: Y015
+
+@_typing.final
+class RestoreCheckpointRequest(_message.Message):
+    """Request of RestoreCheckpoint."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model; empty means the only trainable model."""
+    path: _builtins.str
+    """A checkpoint directory the server wrote (a SaveCheckpoint path)."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreCheckpointRequest: _TypeAlias = RestoreCheckpointRequest  # noqa: Y015
+
+@_typing.final
+class RestoreCheckpointResponse(_message.Message):
+    """Response of RestoreCheckpoint."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    POLICY_VERSION_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_STEP_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model restored."""
+    policy_version: _builtins.int
+    """The new policy version that serves the checkpoint's weights."""
+    checkpoint_step: _builtins.int
+    """The optimizer step the checkpoint was written at."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        policy_version: _builtins.int = ...,
+        checkpoint_step: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_step", b"checkpoint_step", "model", b"model", "policy_version", b"policy_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreCheckpointResponse: _TypeAlias = RestoreCheckpointResponse  # noqa: Y015
+
+@_typing.final
 class ListClientsRequest(_message.Message):
     """Request of ListClients."""
 

@@ -62,6 +62,21 @@ class AdminServiceStub:
                 request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointRequest.SerializeToString,
                 response_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointResponse.FromString,
                 _registered_method=True)
+        self.HoldTraining = channel.unary_unary(
+                '/swarmrl.v1.AdminService/HoldTraining',
+                request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.HoldTrainingRequest.SerializeToString,
+                response_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.HoldTrainingResponse.FromString,
+                _registered_method=True)
+        self.ReleaseTraining = channel.unary_unary(
+                '/swarmrl.v1.AdminService/ReleaseTraining',
+                request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.ReleaseTrainingRequest.SerializeToString,
+                response_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.ReleaseTrainingResponse.FromString,
+                _registered_method=True)
+        self.RestoreCheckpoint = channel.unary_unary(
+                '/swarmrl.v1.AdminService/RestoreCheckpoint',
+                request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.RestoreCheckpointRequest.SerializeToString,
+                response_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.RestoreCheckpointResponse.FromString,
+                _registered_method=True)
         self.ListClients = channel.unary_unary(
                 '/swarmrl.v1.AdminService/ListClients',
                 request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.ListClientsRequest.SerializeToString,
@@ -115,6 +130,31 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HoldTraining(self, request, context):
+        """Holds a model's training: no optimizer step starts until the holder calls
+        ReleaseTraining. A step in progress finishes, and its weights are served,
+        before this returns; generation goes on at the returned policy version, so
+        an evaluation played while the hold lasts plays that one version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseTraining(self, request, context):
+        """Lifts one holder's hold of a model's training.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreCheckpoint(self, request, context):
+        """Loads a checkpoint's weights into a model's trainer and serves them as a
+        new policy version (the best checkpoint by validation, before a test).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListClients(self, request, context):
         """Lists the clients attached now (sessions with a live lease) with their
         tasks, models, agent versions and episode counts, and the episode counts
@@ -162,6 +202,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SaveCheckpoint,
                     request_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointRequest.FromString,
                     response_serializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointResponse.SerializeToString,
+            ),
+            'HoldTraining': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldTraining,
+                    request_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.HoldTrainingRequest.FromString,
+                    response_serializer=swarmrl_dot_v1_dot_admin__service__pb2.HoldTrainingResponse.SerializeToString,
+            ),
+            'ReleaseTraining': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseTraining,
+                    request_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.ReleaseTrainingRequest.FromString,
+                    response_serializer=swarmrl_dot_v1_dot_admin__service__pb2.ReleaseTrainingResponse.SerializeToString,
+            ),
+            'RestoreCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreCheckpoint,
+                    request_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.RestoreCheckpointRequest.FromString,
+                    response_serializer=swarmrl_dot_v1_dot_admin__service__pb2.RestoreCheckpointResponse.SerializeToString,
             ),
             'ListClients': grpc.unary_unary_rpc_method_handler(
                     servicer.ListClients,
@@ -312,6 +367,87 @@ class AdminService:
             '/swarmrl.v1.AdminService/SaveCheckpoint',
             swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointRequest.SerializeToString,
             swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldTraining(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/swarmrl.v1.AdminService/HoldTraining',
+            swarmrl_dot_v1_dot_admin__service__pb2.HoldTrainingRequest.SerializeToString,
+            swarmrl_dot_v1_dot_admin__service__pb2.HoldTrainingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseTraining(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/swarmrl.v1.AdminService/ReleaseTraining',
+            swarmrl_dot_v1_dot_admin__service__pb2.ReleaseTrainingRequest.SerializeToString,
+            swarmrl_dot_v1_dot_admin__service__pb2.ReleaseTrainingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/swarmrl.v1.AdminService/RestoreCheckpoint',
+            swarmrl_dot_v1_dot_admin__service__pb2.RestoreCheckpointRequest.SerializeToString,
+            swarmrl_dot_v1_dot_admin__service__pb2.RestoreCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,

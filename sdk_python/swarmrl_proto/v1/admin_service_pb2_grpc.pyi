@@ -46,6 +46,18 @@ class AdminServiceStub:
     """Resumes generation after PauseGeneration."""
     SaveCheckpoint: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.SaveCheckpointRequest, _admin_service_pb2.SaveCheckpointResponse]
     """Writes a checkpoint of a model now."""
+    HoldTraining: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.HoldTrainingRequest, _admin_service_pb2.HoldTrainingResponse]
+    """Holds a model's training: no optimizer step starts until the holder calls
+    ReleaseTraining. A step in progress finishes, and its weights are served,
+    before this returns; generation goes on at the returned policy version, so
+    an evaluation played while the hold lasts plays that one version.
+    """
+    ReleaseTraining: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ReleaseTrainingRequest, _admin_service_pb2.ReleaseTrainingResponse]
+    """Lifts one holder's hold of a model's training."""
+    RestoreCheckpoint: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RestoreCheckpointRequest, _admin_service_pb2.RestoreCheckpointResponse]
+    """Loads a checkpoint's weights into a model's trainer and serves them as a
+    new policy version (the best checkpoint by validation, before a test).
+    """
     ListClients: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListClientsRequest, _admin_service_pb2.ListClientsResponse]
     """Lists the clients attached now (sessions with a live lease) with their
     tasks, models, agent versions and episode counts, and the episode counts
@@ -77,6 +89,18 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Resumes generation after PauseGeneration."""
     SaveCheckpoint: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.SaveCheckpointRequest, _admin_service_pb2.SaveCheckpointResponse]  # type: ignore[assignment]
     """Writes a checkpoint of a model now."""
+    HoldTraining: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.HoldTrainingRequest, _admin_service_pb2.HoldTrainingResponse]  # type: ignore[assignment]
+    """Holds a model's training: no optimizer step starts until the holder calls
+    ReleaseTraining. A step in progress finishes, and its weights are served,
+    before this returns; generation goes on at the returned policy version, so
+    an evaluation played while the hold lasts plays that one version.
+    """
+    ReleaseTraining: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ReleaseTrainingRequest, _admin_service_pb2.ReleaseTrainingResponse]  # type: ignore[assignment]
+    """Lifts one holder's hold of a model's training."""
+    RestoreCheckpoint: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RestoreCheckpointRequest, _admin_service_pb2.RestoreCheckpointResponse]  # type: ignore[assignment]
+    """Loads a checkpoint's weights into a model's trainer and serves them as a
+    new policy version (the best checkpoint by validation, before a test).
+    """
     ListClients: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListClientsRequest, _admin_service_pb2.ListClientsResponse]  # type: ignore[assignment]
     """Lists the clients attached now (sessions with a live lease) with their
     tasks, models, agent versions and episode counts, and the episode counts
@@ -135,6 +159,36 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.SaveCheckpointResponse, _abc.Awaitable[_admin_service_pb2.SaveCheckpointResponse]]:
         """Writes a checkpoint of a model now."""
+
+    @_abc_1.abstractmethod
+    def HoldTraining(
+        self,
+        request: _admin_service_pb2.HoldTrainingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.HoldTrainingResponse, _abc.Awaitable[_admin_service_pb2.HoldTrainingResponse]]:
+        """Holds a model's training: no optimizer step starts until the holder calls
+        ReleaseTraining. A step in progress finishes, and its weights are served,
+        before this returns; generation goes on at the returned policy version, so
+        an evaluation played while the hold lasts plays that one version.
+        """
+
+    @_abc_1.abstractmethod
+    def ReleaseTraining(
+        self,
+        request: _admin_service_pb2.ReleaseTrainingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.ReleaseTrainingResponse, _abc.Awaitable[_admin_service_pb2.ReleaseTrainingResponse]]:
+        """Lifts one holder's hold of a model's training."""
+
+    @_abc_1.abstractmethod
+    def RestoreCheckpoint(
+        self,
+        request: _admin_service_pb2.RestoreCheckpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.RestoreCheckpointResponse, _abc.Awaitable[_admin_service_pb2.RestoreCheckpointResponse]]:
+        """Loads a checkpoint's weights into a model's trainer and serves them as a
+        new policy version (the best checkpoint by validation, before a test).
+        """
 
     @_abc_1.abstractmethod
     def ListClients(

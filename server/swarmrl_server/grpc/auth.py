@@ -20,6 +20,9 @@ ADMIN_ONLY = (
     "/swarmrl.v1.AdminService/PauseGeneration",
     "/swarmrl.v1.AdminService/ResumeGeneration",
     "/swarmrl.v1.AdminService/SaveCheckpoint",
+    "/swarmrl.v1.AdminService/HoldTraining",
+    "/swarmrl.v1.AdminService/ReleaseTraining",
+    "/swarmrl.v1.AdminService/RestoreCheckpoint",  # loads weights: admin only
     "/swarmrl.v1.AdminService/ListClients",  # names every client's sessions
     "/swarmrl.v1.AdminService/GetLiveSnapshot",  # names open episodes and their tasks
 )

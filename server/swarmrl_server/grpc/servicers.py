@@ -258,6 +258,21 @@ class AdminServicer(admin_grpc.AdminServiceServicer):
         return admin_pb.GetLiveSnapshotResponse(snapshot=live.snapshot(self.swarm))
 
     @translate_errors
+    async def HoldTraining(self, request: admin_pb.HoldTrainingRequest, context: Context) -> admin_pb.HoldTrainingResponse:
+        model, version, step = await self.swarm.hold_training(request.model, request.holder, request.reason)
+        return admin_pb.HoldTrainingResponse(model=model, policy_version=version, step=step)
+
+    @translate_errors
+    async def ReleaseTraining(self, request: admin_pb.ReleaseTrainingRequest, context: Context) -> admin_pb.ReleaseTrainingResponse:
+        self.swarm.release_training(request.model, request.holder)
+        return admin_pb.ReleaseTrainingResponse()
+
+    @translate_errors
+    async def RestoreCheckpoint(self, request: admin_pb.RestoreCheckpointRequest, context: Context) -> admin_pb.RestoreCheckpointResponse:
+        model, version, step = await self.swarm.restore_checkpoint(request.model, request.path)
+        return admin_pb.RestoreCheckpointResponse(model=model, policy_version=version, checkpoint_step=step)
+
+    @translate_errors
     async def SaveCheckpoint(self, request: admin_pb.SaveCheckpointRequest, context: Context) -> admin_pb.SaveCheckpointResponse:
         paths = await self.swarm.save_checkpoints(request.model)
         return admin_pb.SaveCheckpointResponse(paths=[str(p) for p in paths])

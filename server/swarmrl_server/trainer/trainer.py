@@ -21,6 +21,7 @@ ended episode that no step consumed is picked up at start.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -72,7 +73,9 @@ class Trainer:
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()  # a step and a checkpoint never overlap
+        self._lock = asyncio.Lock()  # a step, a checkpoint and a restore never overlap
+        self._holds: dict[str, str] = {}
+        """Holder -> reason: while any holds, no step starts (`hold`)."""
         self._last_step_end = time.monotonic()
         self._unreported: dict[str, int] = {}
         self.history = VersionHistory(port.store, port.model)
@@ -126,6 +129,9 @@ class Trainer:
         self.not_called = await store.queued_not_called(self.name)
         for record in await store.unconsumed_ended_episodes(self.name):
             self._pending[record.episode_id] = record
+        if self.data_dir is not None:  # every option's value, defaults too: for run cards
+            config_file = self.data_dir / f"trainer-config-{self.name}.json"
+            config_file.write_text(json.dumps(self.config.to_dict(), indent=1, default=str) + "\n")
         self.writer = metrics.MetricsWriter(
             self.name, self.log_dir, progress=self.config.progress,
             total_steps=self.config.max_steps or None, initial_step=self.step,
@@ -195,6 +201,55 @@ class Trainer:
         log.info("checkpoint_saved", model=self.name, step=self.step, path=str(path))
         return path
 
+    # -- holds (a pinned evaluation) ---------------------------------------------------
+
+    async def hold(self, holder: str, reason: str) -> tuple[int, int]:
+        """Holds training for `holder`: no step starts until it calls `release`. Waits for
+        a step in progress (its weights pushed) and lifts this trainer's own generation
+        pause, so the model keeps generating at one version. Returns (policy version,
+        step). Holds of different holders stack; holding again is a no-op."""
+        async with self._lock:  # a step in progress ends, weights served, before this
+            self._holds[holder] = reason
+        await self._resume_generation()
+        log.info("trainer_held", model=self.name, holder=holder, reason=reason,
+                 policy_version=self.policy_version, step=self.step)
+        return self.policy_version, self.step
+
+    def release(self, holder: str) -> None:
+        """Lifts `holder`'s hold (a no-op when it holds none); training goes on when no
+        hold is left."""
+        if self._holds.pop(holder, None) is not None:
+            log.info("trainer_released", model=self.name, holder=holder)
+            self._wake.set()
+
+    @property
+    def holds(self) -> dict[str, str]:
+        """Who holds training now, and why."""
+        return dict(self._holds)
+
+    async def restore(self, path: Path) -> tuple[int, int]:
+        """Loads a checkpoint this trainer wrote (weights, optimizer, rng) and serves its
+        weights as a new policy version; training, when it goes on, goes on from there.
+        The step counter and the ledger of consumed episodes are kept: episodes trained
+        after the checkpoint are not trained again. Returns (policy version, the
+        checkpoint's step)."""
+        assert self.group is not None
+        resolved = checkpoint.resolve(path, self.name)
+        root = checkpoint.checkpoint_root(self.data_dir, self.name) if self.data_dir else None
+        if root is None or not resolved.resolve().is_relative_to(root.resolve()):
+            # Only what this trainer wrote: a path from a client never picks another file.
+            raise ValueError(f"{path} is not a checkpoint of {self.name!r} under {root}")
+        async with self._lock:
+            state = await asyncio.to_thread(self.group.load, resolved)
+            if state.model != self.name:
+                raise TrainerConfigError(
+                    f"checkpoint {resolved} is of model {state.model!r}, not {self.name!r}")
+            self.policy_version = await self.history.issue(self.policy_version, self.step)
+            await self._push_weights()
+        log.info("trainer_restored", model=self.name, checkpoint=str(resolved),
+                 checkpoint_step=state.step, policy_version=self.policy_version)
+        return self.policy_version, state.step
+
     # -- the loop ----------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -205,12 +260,14 @@ class Trainer:
                 except TimeoutError:
                     pass
                 self._wake.clear()
-                while not self._stopping:
+                while not self._stopping and not self._holds:
                     plan = await self._next_plan()
                     await self._pace()
                     if plan is None:
                         break
                     async with self._lock:
+                        if self._holds:  # a hold taken while this plan was made wins
+                            break
                         await self._train(plan)
                     if self.config.max_steps and self.step >= self.config.max_steps:
                         log.info("trainer_max_steps", model=self.name, step=self.step)
@@ -224,7 +281,7 @@ class Trainer:
     async def _pace(self) -> None:
         """Back-pressure: pause generation while too much ready work waits (max_pending)."""
         limit = self.config.max_pending
-        if not limit:
+        if not limit or self._holds:  # held, the work waits on purpose: generation goes on
             return
         ready = self.batcher.ready_episodes
         if ready > limit and not self._stopping:

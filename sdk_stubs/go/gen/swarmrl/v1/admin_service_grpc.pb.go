@@ -27,6 +27,16 @@ type AdminServiceClient interface {
 	ResumeGeneration(ctx context.Context, in *ResumeGenerationRequest, opts ...grpc.CallOption) (*ResumeGenerationResponse, error)
 	// Writes a checkpoint of a model now.
 	SaveCheckpoint(ctx context.Context, in *SaveCheckpointRequest, opts ...grpc.CallOption) (*SaveCheckpointResponse, error)
+	// Holds a model's training: no optimizer step starts until the holder calls
+	// ReleaseTraining. A step in progress finishes, and its weights are served,
+	// before this returns; generation goes on at the returned policy version, so
+	// an evaluation played while the hold lasts plays that one version.
+	HoldTraining(ctx context.Context, in *HoldTrainingRequest, opts ...grpc.CallOption) (*HoldTrainingResponse, error)
+	// Lifts one holder's hold of a model's training.
+	ReleaseTraining(ctx context.Context, in *ReleaseTrainingRequest, opts ...grpc.CallOption) (*ReleaseTrainingResponse, error)
+	// Loads a checkpoint's weights into a model's trainer and serves them as a
+	// new policy version (the best checkpoint by validation, before a test).
+	RestoreCheckpoint(ctx context.Context, in *RestoreCheckpointRequest, opts ...grpc.CallOption) (*RestoreCheckpointResponse, error)
 	// Lists the clients attached now (sessions with a live lease) with their
 	// tasks, models, agent versions and episode counts, and the episode counts
 	// of every agent version the server has seen. Needs an admin key.
@@ -92,6 +102,33 @@ func (c *adminServiceClient) SaveCheckpoint(ctx context.Context, in *SaveCheckpo
 	return out, nil
 }
 
+func (c *adminServiceClient) HoldTraining(ctx context.Context, in *HoldTrainingRequest, opts ...grpc.CallOption) (*HoldTrainingResponse, error) {
+	out := new(HoldTrainingResponse)
+	err := c.cc.Invoke(ctx, "/swarmrl.v1.AdminService/HoldTraining", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ReleaseTraining(ctx context.Context, in *ReleaseTrainingRequest, opts ...grpc.CallOption) (*ReleaseTrainingResponse, error) {
+	out := new(ReleaseTrainingResponse)
+	err := c.cc.Invoke(ctx, "/swarmrl.v1.AdminService/ReleaseTraining", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RestoreCheckpoint(ctx context.Context, in *RestoreCheckpointRequest, opts ...grpc.CallOption) (*RestoreCheckpointResponse, error) {
+	out := new(RestoreCheckpointResponse)
+	err := c.cc.Invoke(ctx, "/swarmrl.v1.AdminService/RestoreCheckpoint", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error) {
 	out := new(ListClientsResponse)
 	err := c.cc.Invoke(ctx, "/swarmrl.v1.AdminService/ListClients", in, out, opts...)
@@ -124,6 +161,16 @@ type AdminServiceServer interface {
 	ResumeGeneration(context.Context, *ResumeGenerationRequest) (*ResumeGenerationResponse, error)
 	// Writes a checkpoint of a model now.
 	SaveCheckpoint(context.Context, *SaveCheckpointRequest) (*SaveCheckpointResponse, error)
+	// Holds a model's training: no optimizer step starts until the holder calls
+	// ReleaseTraining. A step in progress finishes, and its weights are served,
+	// before this returns; generation goes on at the returned policy version, so
+	// an evaluation played while the hold lasts plays that one version.
+	HoldTraining(context.Context, *HoldTrainingRequest) (*HoldTrainingResponse, error)
+	// Lifts one holder's hold of a model's training.
+	ReleaseTraining(context.Context, *ReleaseTrainingRequest) (*ReleaseTrainingResponse, error)
+	// Loads a checkpoint's weights into a model's trainer and serves them as a
+	// new policy version (the best checkpoint by validation, before a test).
+	RestoreCheckpoint(context.Context, *RestoreCheckpointRequest) (*RestoreCheckpointResponse, error)
 	// Lists the clients attached now (sessions with a live lease) with their
 	// tasks, models, agent versions and episode counts, and the episode counts
 	// of every agent version the server has seen. Needs an admin key.
@@ -155,6 +202,15 @@ func (UnimplementedAdminServiceServer) ResumeGeneration(context.Context, *Resume
 }
 func (UnimplementedAdminServiceServer) SaveCheckpoint(context.Context, *SaveCheckpointRequest) (*SaveCheckpointResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SaveCheckpoint not implemented")
+}
+func (UnimplementedAdminServiceServer) HoldTraining(context.Context, *HoldTrainingRequest) (*HoldTrainingResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method HoldTraining not implemented")
+}
+func (UnimplementedAdminServiceServer) ReleaseTraining(context.Context, *ReleaseTrainingRequest) (*ReleaseTrainingResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReleaseTraining not implemented")
+}
+func (UnimplementedAdminServiceServer) RestoreCheckpoint(context.Context, *RestoreCheckpointRequest) (*RestoreCheckpointResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RestoreCheckpoint not implemented")
 }
 func (UnimplementedAdminServiceServer) ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListClients not implemented")
@@ -265,6 +321,60 @@ func _AdminService_SaveCheckpoint_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_HoldTraining_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HoldTrainingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).HoldTraining(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/swarmrl.v1.AdminService/HoldTraining",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).HoldTraining(ctx, req.(*HoldTrainingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ReleaseTraining_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseTrainingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ReleaseTraining(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/swarmrl.v1.AdminService/ReleaseTraining",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ReleaseTraining(ctx, req.(*ReleaseTrainingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RestoreCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RestoreCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/swarmrl.v1.AdminService/RestoreCheckpoint",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RestoreCheckpoint(ctx, req.(*RestoreCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ListClients_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListClientsRequest)
 	if err := dec(in); err != nil {
@@ -324,6 +434,18 @@ var _AdminService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SaveCheckpoint",
 			Handler:    _AdminService_SaveCheckpoint_Handler,
+		},
+		{
+			MethodName: "HoldTraining",
+			Handler:    _AdminService_HoldTraining_Handler,
+		},
+		{
+			MethodName: "ReleaseTraining",
+			Handler:    _AdminService_ReleaseTraining_Handler,
+		},
+		{
+			MethodName: "RestoreCheckpoint",
+			Handler:    _AdminService_RestoreCheckpoint_Handler,
 		},
 		{
 			MethodName: "ListClients",

