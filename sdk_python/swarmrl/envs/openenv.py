@@ -104,6 +104,13 @@ class Hooks:
         """Keyword arguments of ``reset`` (default: the item's data, e.g. ``seed``)."""
         return dict(item.data)
 
+    def start(self, step: Step) -> list[dict[str, Any]]:
+        """The conversation's opening messages for the reset observation `step`. Default:
+        `system` (when there is one), then `render` of the observation as the user's."""
+        system = self.system()
+        return ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": self.render(step)}]
+
     def system(self) -> str | None:
         """The system message (default: none, or the JSON action format when an action
         has more than one field)."""
@@ -275,10 +282,9 @@ class OpenEnv(Environment):
             return obj()
         if isinstance(obj, Hooks):
             return obj
-        raise TypeError(f"hooks={hooks!r} is not a swarmrl.envs.openenv.Hooks subclass or "
-                        "instance")
+        raise TypeError(f"hooks={hooks!r} is not a swarmrl.envs.openenv.Hooks subclass")
 
-    def describe(self) -> dict[str, Any]:  # the arguments that define it, for run records
+    def describe(self) -> dict[str, Any]:
         return {"spec": self.spec, "hooks": type(self.hooks).__qualname__,
                 "env_args": self._env_args, "max_steps": self.max_steps,
                 "reward": self.reward_mode, "success_at": self.success_at,
@@ -305,9 +311,8 @@ class OpenEnv(Environment):
 
     # -- the server and its sessions ------------------------------------------------------
 
-    async def setup(self) -> None:
+    async def setup(self) -> None:  # also done by the first rollout, if not called
         await self._ensure_started()
-
     async def _ensure_started(self) -> None:
         async with self._start_lock:
             if self._started:
@@ -388,11 +393,7 @@ class OpenEnv(Environment):
         async with self._session() as client:
             first = await self._reset(client, args)
             steps = [first]
-            messages: list[dict[str, Any]] = []
-            system = self.hooks.system()
-            if system:
-                messages.append({"role": "system", "content": system})
-            messages.append({"role": "user", "content": self.hooks.render(first)})
+            messages = list(self.hooks.start(first))
             ended_by = "done" if first.done else "max_steps"
             while not steps[-1].done and counts["turns"] < self.max_steps:
                 message, text = await self._chat(rollout, messages)
