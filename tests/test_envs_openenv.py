@@ -1,0 +1,270 @@
+"""The OpenEnv adapter (`swarmrl.envs.openenv`) on OpenEnv's own server and client.
+
+The environments (`tests/openenv_support.py`) are written against OpenEnv's base
+classes as their authors would write them, and served by OpenEnv's ``create_app``
+(by the adapter for ``openenv:module:Class``, or by the test itself as a running
+server for ``openenv:http://...``). Against a real swarm server on the tiny model:
+
+- a text game trains under ``swarmrl train``: every model call is in exactly one
+  episode; each episode's reward is the return the game itself paid; a multi-step
+  rollout is one timeline with no fork; evaluation episodes are aborted and never
+  consumed; the trainer steps;
+- a tool environment's tool calls round-trip: the model's call reaches the tool with its
+  arguments, and the tool's result is in the next call's prompt; the reward its
+  author set on ``submit`` is the episode's reward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import swarmrl
+from swarmrl.envs import Item, Runner, RunnerConfig, load_environment
+from swarmrl.envs.openenv import Hooks, OpenEnv, Step
+from tests.envs_support import trained_episode_ids
+from tests.helpers import REPO
+from tests.openenv_support import WeatherDesk
+
+
+def _stored(data_dir: Path) -> dict[str, Any]:
+    """Every episode of a stopped server's store, with its calls."""
+    from swarmrl_server.store.records import EpisodeState
+    from swarmrl_server.store.sqlite import SqliteStore
+
+    async def collect() -> dict[str, Any]:
+        store = SqliteStore(data_dir / "swarm.sqlite3")
+        await store.open()
+        try:
+            return {e.episode_id: e for state in EpisodeState
+                    for e in await store.list_episodes(state, with_calls=True)}
+        finally:
+            await store.close()
+
+    return asyncio.run(collect())
+
+
+@pytest.mark.slow
+def test_an_openenv_game_trains_under_swarmrl_train(tmp_path: Path, model_cache: Path) -> None:
+    from swarmrl_server.timelines.merge import merge_calls
+
+    log, out = tmp_path / "game.jsonl", tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "swarmrl", "train", "openenv:tests.openenv_support:WordGuess",
+         "--env-arg", "env_args=" + json.dumps({"log": str(log)}), "--env-arg", "train=3",
+         "--env-arg", "val=2", "--env-arg", "max_steps=6", "--env-arg", "success_at=1",
+         "--groups", "3", "--group-size", "2", "--max-tokens", "4", "--temperature", "1.0",
+         "--out", str(out), "--train-option", "batch_size=2",
+         "--train-option", "batch_rule=groups", "--server-arg=--cache-dir",
+         f"--server-arg={model_cache}", "--no-progress"],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    train = {r["episode_id"]: r for r in rows if r["split"] == "train"}
+    evals = {r["episode_id"]: r for r in rows if r["split"] == "val"}
+    assert len(train) == 6 and all(r["trained"] for r in train.values())
+    assert len(evals) == 4 and {r["item_id"] for r in evals.values()} == {
+        "val-1000000", "val-1000001"}
+
+    game: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for line in log.read_text().splitlines():
+        step = json.loads(line)
+        game[step["episode_id"]].append(step)
+    episodes = _stored(out / "data")
+    # Every model call is in exactly one episode, a rollout's; each turn is one game step.
+    assert {e for e, ep in episodes.items() if ep.calls} == set(train) | set(evals)
+    call_ids = [c.call_id for ep in episodes.values() for c in ep.calls]
+    assert len(call_ids) == len(set(call_ids)) == sum(
+        r["metrics"]["turns"] for r in rows)
+    for episode_id, r in {**train, **evals}.items():
+        stored, steps = episodes[episode_id], game[episode_id]
+        assert len(stored.calls) == r["metrics"]["turns"] == len(steps) >= 1
+        assert [s["guess"] for s in steps] == [
+            c.text.strip() for c in sorted(stored.calls, key=lambda c: c.seq)]
+        # The return the game paid (sum of its step rewards) is the episode's reward.
+        assert r["reward"] == pytest.approx(sum(s["reward"] for s in steps))
+        assert steps[-1]["done"] and r["info"]["ended_by"] == "done"
+        timelines, stats = merge_calls(stored.calls)
+        assert len(timelines) == 1 and stats.forks == 0
+    for episode_id, r in train.items():
+        assert episodes[episode_id].state.value == "ended"
+        assert episodes[episode_id].reward == pytest.approx(r["reward"])
+    assert any(len(episodes[e].calls) > 1 for e in train)  # multi-step rollouts
+    # Evaluation is aborted and never trained; the trainer stepped on training episodes.
+    assert all(episodes[e].state.value == "aborted" for e in evals)
+    consumed = trained_episode_ids(out / "data")
+    assert consumed and consumed <= set(train)
+    assert (out / "data" / "metrics.jsonl").read_text().count("\n") >= 1
+
+
+@pytest.fixture
+def desk_server() -> Iterator[str]:
+    """WeatherDesk served as its author would run it: OpenEnv's create_app under uvicorn."""
+    import uvicorn
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+
+    app = create_app(WeatherDesk, CallToolAction, CallToolObservation, env_name="desk")
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+async def _play(http_server: Any, env: OpenEnv, groups: int, group_size: int) -> list[Any]:
+    records: list[Any] = []
+    config = RunnerConfig(group_size=group_size, concurrency=4, progress=False,
+                          sampling=swarmrl.SamplingParams(temperature=1.0, max_tokens=128))
+    async with swarmrl.AsyncSwarmClient(http_server.grpc_target) as client:
+        async with Runner(env, client, config, on_record=records.append) as runner:
+            await runner.train(groups=groups)
+    return records
+
+
+async def test_tool_calls_reach_the_tool_and_results_come_back(http_server: Any,
+                                                               desk_server: str) -> None:
+    """A running MCP server; every turn a call of get_weather (forced: the random tiny
+    model calls no tool by itself)."""
+    from swarmrl_server.timelines.merge import merge_calls
+    from tests.http_support import stored_calls
+
+    WeatherDesk.calls.clear()
+    env = load_environment(f"openenv:{desk_server}", {
+        "max_steps": 3, "train": 2, "tool_choice": {
+            "type": "function", "function": {"name": "get_weather"}}})
+    assert isinstance(env, OpenEnv)
+    records = await _play(http_server, env, groups=2, group_size=2)
+    assert env.is_tool_env and [t["function"]["name"] for t in env.hooks.tools] == [
+        "get_weather", "submit"]
+    tokenizer = http_server.swarm.models["tiny"].engine.tokenizer
+    for r in records:
+        assert r.trained and r.metrics["tool_calls"] == r.metrics["turns"] == 3
+        assert r.info["ended_by"] == "max_steps" and r.reward == 0.0
+        calls = await stored_calls(http_server, r.episode_id)
+        received = [c for c in WeatherDesk.calls if c["episode_id"] == r.episode_id]
+        assert len(calls) == len(received) == 3
+        for i, (call, tool) in enumerate(zip(calls, received)):
+            # The model's call (in its completion) is what the tool received...
+            assert tool["tool"] == "get_weather" and tool["tool"] in call.text
+            assert json.dumps(tool["arguments"]["city"]) in call.text
+            # ...and the tool's result is in the next call's prompt.
+            if i + 1 < len(calls):
+                assert tool["result"] in tokenizer.decode(calls[i + 1].prompt_ids)
+        timelines, stats = merge_calls(calls)
+        assert len(timelines) == 1 and stats.forks == 0
+
+
+async def test_a_tool_environments_submit_reward_is_the_episodes(http_server: Any) -> None:
+    """The adapter serves the class itself; one session at a time (the class does not
+    declare concurrent sessions), so a group's rollouts wait their turn."""
+    WeatherDesk.calls.clear()
+    env = load_environment("openenv:tests.openenv_support:WeatherDesk", {
+        "max_steps": 2, "train": 3, "success_at": 1.0, "tool_choice": {
+            "type": "function", "function": {"name": "submit"}}})
+    assert isinstance(env, OpenEnv)
+    records = await _play(http_server, env, groups=3, group_size=2)
+    assert env.max_sessions == 1 and len(records) == 6
+    for r in records:
+        (submitted,) = [c for c in WeatherDesk.calls if c["episode_id"] == r.episode_id]
+        right = submitted["arguments"]["city"] == submitted["result"]
+        assert r.reward == float(right) and r.success is right
+        assert r.info["ended_by"] == "done" and r.metrics["turns"] == 1
+
+
+async def test_an_end_tool_ends_the_rollout_and_state_gives_the_reward(
+        http_server: Any) -> None:
+    """For tool environments that set no reward on tool results: ``end_tool`` ends the
+    rollout, ``reward=state:KEY`` reads the environment's state when it has."""
+    WeatherDesk.calls.clear()
+    env = load_environment("openenv:tests.openenv_support:WeatherDesk", {
+        "max_steps": 3, "train": 1, "end_tool": "get_weather", "reward": "state:step_count",
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})
+    records = await _play(http_server, env, groups=1, group_size=2)
+    for r in records:
+        assert r.info["ended_by"] == "end_tool" and r.metrics["turns"] == 1
+        assert r.reward == 1.0  # the state's step_count after one tool call
+
+
+def test_default_hooks_render_observations_and_parse_replies() -> None:
+    hooks = Hooks()
+    hooks.tools = []
+    hooks.action_schema = {"properties": {"metadata": {}, "guess": {"type": "string"}}}
+    step = Step({"message": "Guess.", "hits": 2, "metadata": {}})
+    assert hooks.render(step) == "Guess." and hooks.system() is None
+    assert hooks.action("  apple \n", step) == {"guess": "apple"}
+    hooks.action_schema = {"properties": {"x": {}, "y": {}}}
+    assert hooks.render(Step({"x": 1, "y": [2]})) == '{"x": 1, "y": [2]}'
+    assert hooks.render(Step({"metadata": {"task": "t"}}, metadata={"task": "t"})) == "t"
+    assert hooks.action('sure: {"x": 1, "y": 2} ok', step) == {"x": 1, "y": 2}
+    assert hooks.action("no json", step) == {"reply": "no json"}
+    assert "JSON object" in (hooks.system() or "")
+    assert hooks.tool_result(Step({"result": {"content": [{"type": "text", "text": "22"}]}})) \
+        == "22"
+    assert hooks.tool_result(Step({"error": {"message": "no such tool"}})) == (
+        "error: no such tool")
+
+
+class _Tasks(Hooks):
+    def items(self, split: str) -> list[Item]:
+        return [Item(f"{split}-{i}", {"seed": i, "split": split}) for i in range(2)]
+
+
+def test_items_are_seed_ranges_or_the_hooks() -> None:
+    env = OpenEnv("http://127.0.0.1:1", val=[5, 8], test=1)
+    assert [i.data for i in env.items("val")] == [{"seed": 5}, {"seed": 6}, {"seed": 7}]
+    assert [i.id for i in env.items("test")] == ["test-2000000"]
+    assert len(list(env.items("train"))) == 10_000
+    assert not {i.digest for i in env.items("val")} & {i.digest for i in env.items("test")}
+    hooked = OpenEnv("http://127.0.0.1:1", hooks=_Tasks)
+    assert [i.id for i in hooked.items("val")] == ["val-0", "val-1"]
+    with pytest.raises(ValueError, match="expected sum, last or state:KEY"):
+        OpenEnv("http://127.0.0.1:1", reward="mean")
+    with pytest.raises(ValueError, match="not a running server"):
+        OpenEnv("http://127.0.0.1:1", env_args={"log": "x"})
+    with pytest.raises(TypeError, match="Hooks subclass"):
+        OpenEnv("http://127.0.0.1:1", hooks="tests.openenv_support:WordGuess")
+    assert OpenEnv("tests.openenv_support:WordGuess").name == "WordGuess"
+
+
+async def test_textworld_plays_alike_natively_and_through_openenv(http_server: Any,
+                                                                  tmp_path: Path) -> None:
+    """The same TextWorld game, greedy: the native environment (an OpenAI-client agent on
+    the shim) and its OpenEnv form (OpenEnv's server, the adapter's SDK calls) record the
+    same tokens, call for call, and earn the same reward."""
+    from examples.textworld.env import TextWorld
+    from examples.textworld.openenv_env import TextWorldOpenEnv
+    from tests.http_support import stored_calls
+
+    game = {"level": 1, "val_games": 1, "max_steps": 3, "games_dir": str(tmp_path / "games")}
+    config = RunnerConfig(progress=False, eval_sampling=swarmrl.SamplingParams(
+        temperature=0.0, max_tokens=12))
+    played = {}
+    async with swarmrl.AsyncSwarmClient(http_server.grpc_target) as client:
+        for form, env in (("native", TextWorld(**game)), ("openenv", TextWorldOpenEnv(**game))):
+            async with Runner(env, client, config) as runner:
+                (record,) = (await runner.evaluate("val")).records
+            played[form] = record, await stored_calls(http_server, record.episode_id)
+    (native, native_calls), (oe, oe_calls) = played["native"], played["openenv"]
+    assert native.item_id == oe.item_id and native.ok and oe.ok
+    assert len(native_calls) == len(oe_calls) == native.metrics["steps"] >= 1
+    for a, b in zip(native_calls, oe_calls):
+        assert a.prompt_ids == b.prompt_ids and a.completion_ids == b.completion_ids
+    assert oe.reward == pytest.approx(native.reward) and oe.success == native.success
