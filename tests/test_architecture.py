@@ -1,4 +1,4 @@
-"""The house's shape, read from its own imports (docs/architecture.md draws it).
+"""The house's shape, read from its own imports (docs/explanation/architecture.md draws it).
 
 The import graph is grimp's (the library behind import-linter): every `import` in the
 project's packages, those inside functions included, so a lazy import is an edge too.

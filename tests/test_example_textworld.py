@@ -1,6 +1,6 @@
-"""The TextWorld example: command choice, and a short real run on generated games.
+"""The TextWorld recipe: command choice, splits by content, and a short real run.
 
-Against a real ``swarmrl serve --train`` on the tiny model: the OpenAI-client agent
+Through `swarmrl train examples.textworld.env:TextWorld` on the tiny model: the agent
 plays multi-turn games through the episode's shim URL and key, each turn's prompt
 extends the last so an episode's calls merge into one timeline, eval episodes are
 aborted and never trained, and the same agent runs under ``swarmrl run``.
@@ -8,7 +8,6 @@ aborted and never trained, and the same agent runs under ``swarmrl run``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -18,12 +17,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from examples.env_runs import Server, merge_report, plot_episode_rewards, train_options
 from examples.textworld.agent import CHOICES, Result, choose, clean, open_game, play
 from examples.textworld.baselines import rates, wins
-from examples.textworld.run import EVAL_SEED_BASE, TextWorld, build_parser, make_games
-from tests.envs_support import episode_states, trained_episode_ids
-from tests.helpers import REPO, wait_until
+from examples.textworld.env import TEST_SEED_BASE, TextWorld, make_games
+from swarmrl.envs import Runner
+from tests.envs_support import read_rollouts, trained_episode_ids
+from tests.helpers import REPO
 
 
 def test_a_reply_picks_a_command_by_number_or_name() -> None:
@@ -88,66 +87,81 @@ def test_the_progress_reward_pays_for_the_share_of_the_quest_done(tmp_path: Path
     assert none.progress == 0.0 and none.reward == 0.0
 
 
-def test_episode_rewards_plot_one_line_per_run(tmp_path: Path) -> None:
-    runs = {}
-    for name, reward in (("a", 0.1), ("b", 0.5)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "train-episodes.jsonl").write_text(
-            "".join(json.dumps({"reward": reward, "game": "g"}) + "\n" for _ in range(10)))
-        runs[name] = tmp_path / name
-    out = plot_episode_rewards(runs, tmp_path / "rewards.png", window=4)
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
 def test_policies_without_a_model_give_the_chance_rate(tmp_path: Path) -> None:
-    games = make_games(1, [EVAL_SEED_BASE + 1, EVAL_SEED_BASE + 2], tmp_path)
+    games = make_games(1, [TEST_SEED_BASE + 1, TEST_SEED_BASE + 2], tmp_path)
     assert not any(wins(g, lambda commands: "look", max_steps=4) for g in games)
     chance = rates(games, max_steps=4, trials=3)
-    assert (chance["random"].n, chance["first"].n) == (6, 2)
+    assert (chance["random"][1], chance["first"][1]) == (6, 2)
     assert rates(games, max_steps=4, trials=3) == chance  # seeded: the same plays again
 
 
+def test_held_out_games_are_told_apart_by_content_not_by_name(tmp_path: Path) -> None:
+    """The split check reads the game files: a training game that is byte for byte a test
+    game (the same seed compiled under another name) is never played."""
+    import shutil
+
+    env = TextWorld(level=1, train_games=2, val_games=1, test_games=1,
+                    games_dir=str(tmp_path / "games"))
+    test_game = Path(env.items("test")[0].data["game"])
+    train_dir = tmp_path / "games" / "level1"
+    shutil.copy(test_game, train_dir / "seed2.z8")  # train seed 2 is now the test game
+    shutil.copy(test_game.with_suffix(".json"), train_dir / "seed2.json")
+    assert {i.id for i in env.items("train")} == {"seed1", "seed2"}
+    runner = Runner(env, None)  # type: ignore[arg-type]  # splits only: no server needed
+    items = runner.train_items()
+    assert {next(items).id for _ in range(4)} == {"seed1"} and runner.skipped_held_out >= 1
+
+
 @pytest.mark.slow
-def test_short_run_merges_turns_and_never_trains_the_eval(tmp_path: Path,
-                                                          model_cache: Path) -> None:
-    args = build_parser().parse_args(
-        ["--model", "tiny", "--games-dir", str(tmp_path / "games"), "--train-games", "1",
-         "--eval-games", "1", "--group-size", "2", "--parallel-groups", "1",
-         "--batch-groups", "1", "--max-steps", "3", "--train-option", "batch_rule=groups"])
-    env = TextWorld(args)
-    assert not {g.name for g in env.train_games} & {g.name for g in env.eval_games}
-    server = Server.start("tiny", train_options(args), tmp_path / "data", tmp_path / "server.log",
-                          ["--cache-dir", str(model_cache)])
+def test_swarmrl_train_merges_turns_and_never_trains_the_eval(tmp_path: Path,
+                                                             model_cache: Path) -> None:
+    out = tmp_path / "run"
+    games = str(tmp_path / "games")
+    proc = subprocess.run(
+        [sys.executable, "-m", "swarmrl", "train", "examples.textworld.env:TextWorld",
+         "--env-arg", "level=1", "--env-arg", "train_games=1", "--env-arg", "val_games=1",
+         "--env-arg", "test_games=1", "--env-arg", "max_steps=3", "--env-arg", f"games_dir={games}",
+         "--groups", "1", "--group-size", "2", "--max-tokens", "4", "--out", str(out),
+         "--no-progress", "--train-option", "batch_size=1", "--train-option", "batch_rule=groups",
+         "--server-arg=--cache-dir", f"--server-arg={model_cache}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_rollouts(out)
+    evals = [r for r in rows if r["split"] == "val"]
+    train = [r for r in rows if r["split"] == "train"]
+    assert len(evals) == 2 and len(train) == 2 and all(r["trained"] for r in train)
+    assert all(r["policy_versions"] for r in evals)
+    consumed = trained_episode_ids(out / "data")
+    assert consumed == {r["episode_id"] for r in train}
+    # Multi-turn: one call per command, and every episode's calls merge into one timeline
+    # (the trainer's own merge_calls, on the store).
+    from swarmrl_server.timelines.merge import merge_calls
+    from tests.envs_support import stored_calls
+
+    calls = stored_calls(out / "data")
+    for r in train:
+        episode_calls = calls[r["episode_id"]]
+        assert len(episode_calls) == r["metrics"]["steps"] > 1
+        timelines, stats = merge_calls(episode_calls)
+        assert stats.timelines == 1 and stats.forks == 0
+    assert not {r["episode_id"] for r in evals} & consumed
+
+    # The same agent as a standalone program under `swarmrl run`.
+    from tests.helpers import ServerProcess
+
+    server = ServerProcess(data_dir=tmp_path / "data2", cache_dir=model_cache, http_port=0).start()
     try:
-        evals = asyncio.run(env.evaluate(server))
-        train = asyncio.run(env.train_round(server, 0))
-        wait_until(lambda: len(server.steps()) >= 1, 60, "a training step")
-        step = server.steps()[0]
-        # The same agent as a standalone program under `swarmrl run`.
-        game = env.train_games[0]
+        game = json.loads((out / "summary.json").read_text())  # the run's record
+        assert game["env_describe"]["level"] == 1
+        z8 = next((tmp_path / "games" / "level1").glob("seed1.z8"))
         done = subprocess.run(
             [sys.executable, "-m", "swarmrl._run", "--target", server.target, "--task-id",
-             f"textworld/{game.stem}", "--", sys.executable, "-m", "examples.textworld.agent",
-             "--game", str(game), "--max-steps", "2"],
+             f"textworld/{z8.stem}", "--", sys.executable, "-m", "examples.textworld.agent",
+             "--game", str(z8), "--max-steps", "2"],
             cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        state = episode_states(server.target, [r["episode_id"] for r in evals + train])
     finally:
         server.stop()
-    assert all(state[r["episode_id"]][0] == "aborted" for r in evals)
-    assert all(state[r["episode_id"]] == ("ended", r["reward"], r["steps"]) for r in train)
-    # Multi-turn: one call per command, and every episode's calls merged into one timeline.
-    calls = sum(r["steps"] for r in train)
-    assert calls > len(train)
-    assert step["merge/calls"] == calls and step["merge/timelines"] == len(train)
-    assert trained_episode_ids(tmp_path / "data") == {r["episode_id"] for r in train}
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["steps"] >= 1 and 0.0 <= result["reward"] <= 1.0
-    # From the store, by the trainer's merge_calls: the group and the `swarmrl run` episode.
-    merged = merge_report(tmp_path / "data")
-    assert merged["trained"]["episodes"] == len(train) + 1
-    assert merged["trained"]["calls"] == calls + result["steps"]
-    assert merged["trained"]["timelines"] == len(train) + 1 and merged["trained"]["forks"] == 0
-    assert merged["trained"]["tokens_as_timelines"] < merged["trained"]["tokens_as_calls"]
-    assert merged["eval"]["episodes"] == len(evals) and merged["eval"]["forks"] == 0

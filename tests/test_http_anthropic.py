@@ -139,6 +139,7 @@ async def test_errors_take_anthropics_shape(http_server: Any) -> None:
     assert r.status_code == 400
     assert r.json()["error"] == {"type": "invalid_request_error",
                                  "message": "max_tokens: field required"}
+    http_server.swarm.episodes.policy.pause_wait_s = 0  # refused at once, not waited out
     await http_server.swarm.pause("weight sync")
     with pytest.raises(anthropic.RateLimitError) as limited:
         await client(ep).messages.create(model="tiny", max_tokens=2, messages=USER)

@@ -121,6 +121,7 @@ async def test_oversized_body_is_413(http_server: Any) -> None:
 
 async def test_paused_server_is_429_with_retry_after(http_server: Any) -> None:
     ep = await start_episode(http_server)
+    http_server.swarm.episodes.policy.pause_wait_s = 0  # refused at once, not waited out
     await http_server.swarm.pause("weight sync")
     with pytest.raises(openai.RateLimitError) as err:
         await aclient(ep).chat.completions.create(model="tiny", messages=USER, max_tokens=2)

@@ -18,7 +18,7 @@ import pytest
 
 from swarmrl_server.config import ModelSpec, ServerConfig
 from swarmrl_server.engine.hf import HFEngine
-from swarmrl_server.episodes.resolve import SamplingRequest
+from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest
 from swarmrl_server.errors import Reason, SwarmError
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.security import IN_PROCESS
@@ -35,7 +35,9 @@ OTHER = "other"
 async def swarm(tmp_path: Path, tiny_model_dir: Path) -> AsyncIterator[Swarm]:
     hosts = {name: ModelHost(name, HFEngine.from_pretrained(name, tiny_model_dir), "tiny",
                              tiny_model_dir, trainable=True) for name in (MODEL, OTHER)}
-    s = Swarm(hosts, data_dir=tmp_path / "data")
+    # These tests look at who holds which pause: a paused call is refused at once
+    # (pause_wait_s=0) rather than waited out (tests/test_pause_wait.py).
+    s = Swarm(hosts, data_dir=tmp_path / "data", policy=GenerationPolicy(pause_wait_s=0))
     await s.start()
     try:
         yield s

@@ -306,7 +306,8 @@ async def test_expired_lease_aborts_open_episodes(stubs: Stubs) -> None:
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-async def test_events_are_sequenced_and_resumable(stubs: Stubs) -> None:
+async def test_events_are_sequenced_and_resumable(stubs: Stubs, server: Any) -> None:
+    server.swarm.episodes.policy.pause_wait_s = 0  # refused at once, not waited out
     await stubs.admin.PauseGeneration(admin_pb.PauseGenerationRequest(reason="weight sync"))
     started = await stubs.start()
     reason, _ = await expect_stream(grpc.StatusCode.UNAVAILABLE, stubs.episodes.Generate(

@@ -1,4 +1,4 @@
-"""The trainer's own layers (docs/architecture.md, "Inside the trainer"), read from its
+"""The trainer's own layers (docs/explanation/architecture.md, "Inside the trainer"), read from its
 imports with grimp, as tests/test_architecture.py reads the server's: a trainer module
 imports only from its own layer or the ones below, and nothing in the trainer reaches
 the swarm, the doors or Ray placement except `attach`, which wires a trainer to a swarm.

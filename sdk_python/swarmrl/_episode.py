@@ -21,6 +21,11 @@ __all__ = ["AsyncEpisode"]
 _log = structlog.get_logger("swarmrl")
 
 
+EPISODE_HEADER = "X-Swarmrl-Episode"
+"""The HTTP header that names a request's episode by its key on the server's plain
+`/v1` URL (it wins over `Authorization`)."""
+
+
 def new_request_id() -> str:
     """A fresh idempotency key: made once per logical call, reused by its retries."""
     return uuid.uuid4().hex
@@ -33,7 +38,8 @@ class AsyncEpisode:
     recorded on the server with its exact token ids, logprobs and policy version.
     Give it a reward with `reward` or `end(reward=...)`; only ended episodes are
     trained. Other programs can make the episode's calls through the
-    OpenAI-compatible API at `openai_base_url` with `openai_api_key`.
+    OpenAI-compatible API at `openai_base_url` with `openai_api_key`, or, sharing one
+    HTTP client across many episodes, with `http_headers` on each request.
 
     Not thread-safe; use it from the client's event loop. Concurrent calls from
     several tasks are fine.
@@ -65,13 +71,23 @@ class AsyncEpisode:
 
     @property
     def openai_base_url(self) -> str:
-        """Base URL (ending in /v1) of the OpenAI-compatible API for this episode."""
+        """Base URL (ending in /v1) of the server's OpenAI-compatible API: the same for
+        every episode of the server (the key or `http_headers` names the episode), so a
+        harness can keep one HTTP client, and its connections, for a whole run."""
         return self._openai_base_url
 
     @property
     def openai_api_key(self) -> str:
         """API key that addresses this episode on the OpenAI-compatible API."""
         return self._openai_api_key
+
+    @property
+    def http_headers(self) -> dict[str, str]:
+        """Headers that address this episode on `openai_base_url` (also the Anthropic
+        API's `/v1/messages`) whatever `Authorization` a shared client sends: pass them
+        per request, e.g. ``client.chat.completions.create(...,
+        extra_headers=ep.http_headers)`` on one `openai.AsyncOpenAI` for every episode."""
+        return {EPISODE_HEADER: self._openai_api_key}
 
     @property
     def models(self) -> list[ModelInfo]:

@@ -184,13 +184,20 @@ class Episode:
 
     @property
     def openai_base_url(self) -> str:
-        """Base URL (ending in /v1) of the OpenAI-compatible API for this episode."""
+        """Base URL (ending in /v1) of the server's OpenAI-compatible API: the same for
+        every episode of the server (the key or `http_headers` names the episode)."""
         return self._episode.openai_base_url
 
     @property
     def openai_api_key(self) -> str:
         """API key that addresses this episode on the OpenAI-compatible API."""
         return self._episode.openai_api_key
+
+    @property
+    def http_headers(self) -> dict[str, str]:
+        """Headers that address this episode on `openai_base_url` whatever
+        `Authorization` a shared client sends (see `AsyncEpisode.http_headers`)."""
+        return self._episode.http_headers
 
     @property
     def models(self) -> list[ModelInfo]:

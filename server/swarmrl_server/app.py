@@ -95,7 +95,7 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
         hosts = ray_hosts(config) if config.ray else load_hosts(config, loras=lora_specs(trainer_configs(config)))
     policy = GenerationPolicy(
         default_max_tokens=config.default_max_tokens, force_temperature=config.force_temperature,
-        max_inflight=config.max_inflight,
+        max_inflight=config.max_inflight, pause_wait_s=config.pause_wait_s,
     )
     swarm = Swarm(hosts, data_dir=config.data_dir, policy=policy)
     await swarm.start()

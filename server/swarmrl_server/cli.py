@@ -7,7 +7,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from swarmrl_server.config import ModelSpec, ServerConfig, with_engines
+from swarmrl_server.config import PAUSE_WAIT_S, ModelSpec, ServerConfig, with_engines
 from swarmrl_server.engine.registry import engine_kind, engine_names
 
 EPILOG = """\
@@ -68,6 +68,11 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
     p.add_argument("--default-max-tokens", type=int, default=256)
     p.add_argument("--max-inflight", type=int, default=512,
                    help="most generations per model at once; more are told to retry later")
+    p.add_argument("--pause-wait", type=float, default=PAUSE_WAIT_S, metavar="SECONDS",
+                   help="how long a call made while its model's generation is paused (admin "
+                        "pause, weight sync, trainer back-pressure) waits for the pause to "
+                        "lift before it is refused (gRPC UNAVAILABLE, HTTP 429 + Retry-After); "
+                        "0 refuses at once (default: %(default)s)")
     p.add_argument("--force-temperature", type=float,
                    help="sample every generation at this temperature (reported as an override)")
     p.add_argument("--grace", type=float, default=5.0, help="seconds calls may finish on shutdown")
@@ -113,7 +118,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         client_keys=tuple(args.client_key) + env_keys("SWARMRL_CLIENT_KEYS"),
         tls_cert=args.tls_cert, tls_key=args.tls_key,
         max_batch_size=args.max_batch_size, torch_threads=args.torch_threads,
-        max_inflight=args.max_inflight,
+        max_inflight=args.max_inflight, pause_wait_s=args.pause_wait,
         default_max_tokens=args.default_max_tokens,
         force_temperature=args.force_temperature, grace_s=args.grace,
         train=args.train, train_options=options, resume=args.resume,

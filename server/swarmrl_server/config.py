@@ -8,6 +8,10 @@ from pathlib import Path
 
 from swarmrl_server.engine.registry import engine_kind, engine_names
 
+PAUSE_WAIT_S = 300.0
+"""Default of `--pause-wait`: how long a call made during a pause waits for it to lift
+(long enough to wait out a weight sync)."""
+
 
 def default_torch_threads() -> int:
     """Half the CPU cores, at least 1: see `ServerConfig.torch_threads`."""
@@ -109,6 +113,9 @@ class ServerConfig:
     """Most concurrent generations one engine batches together."""
     max_inflight: int = 512
     """Most generations per model at once; more get UNAVAILABLE / HTTP 429 with a retry hint."""
+    pause_wait_s: float = PAUSE_WAIT_S
+    """How long a call waits for a pause of its model (admin, weight sync, back-pressure)
+    to lift before it gets UNAVAILABLE / HTTP 429; 0 refuses at once."""
     default_max_tokens: int = 256
     """max_tokens for requests that give none."""
     force_temperature: float | None = None

@@ -9,10 +9,16 @@ catches up never lifts the admin's, and the admin's resume never lifts a trainer
 Clients see the change in the event log: "pausing" when a model that was generating
 stops, "resumed" when a model that was paused generates again (with the reason the
 lifted holder gave). A holder joining models that are already paused adds no event.
+
+A call that arrives while its model is paused can wait for the pause to lift
+(`wait_generating`): every release notifies the waiters, which re-check their own
+model, so a wait ends the moment the last holder lets go, with no polling.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
@@ -36,6 +42,14 @@ class Pauses:
         self._events = events
         self._held: dict[tuple[str, str], str] = {}
         """(holder, model or ALL_MODELS) -> reason, oldest first."""
+        self._released = asyncio.Condition()
+        """Notified on every release: waiters re-check whether their model generates."""
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting now for a pause of their model to lift."""
+        return self._waiting
 
     def reason(self, model: str) -> str | None:
         """Why generation of `model` is paused (the oldest holder's reason), or None."""
@@ -67,8 +81,27 @@ class Pauses:
             return
         before = self._paused()
         reason = self._held.pop((holder, model))
+        async with self._released:
+            self._released.notify_all()
         if before - self._paused():
             await self._events.append("resumed", reason=reason)
+
+    async def wait_generating(self, model: str, timeout_s: float) -> str | None:
+        """Waits until generation of `model` is not paused, for at most `timeout_s`
+        seconds; returns None once it generates, or the reason it is still paused when
+        the time is up. Cancelling the caller (its client went away) ends the wait and
+        leaves nothing behind."""
+        if self.reason(model) is None or timeout_s <= 0:
+            return self.reason(model)
+        self._waiting += 1
+        try:
+            async with self._released:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout_s):
+                        await self._released.wait_for(lambda: self.reason(model) is None)
+        finally:
+            self._waiting -= 1
+        return self.reason(model)
 
     def holder(self, holder: str, model: str) -> ModelPause:
         """`holder`'s handle on `model` (what a trainer is given)."""

@@ -57,7 +57,7 @@ class Swarm:
         self.sessions = SessionTable(self.store, self._abort_session)
         self.episodes = EpisodeRegistry(
             self.store, models, EpisodeKeys(load_secret(data_dir)), policy=policy,
-            is_paused=self.pauses.reason,
+            wait_generating=self.pauses.wait_generating,
             require_session=lambda session_id, caller: self.sessions.require(
                 session_id, caller=caller),
             on_ended=self._episode_ended,
@@ -106,6 +106,8 @@ class Swarm:
             GaugeSample("sessions", "Client sessions with a live lease", {}, float(len(self.sessions))),
             GaugeSample("generation_paused", "1 while generation is paused", {},
                         float(self.paused_reason is not None)),
+            GaugeSample("generation_waiting", "Calls waiting for a pause of their model to lift",
+                        {}, float(self.pauses.waiting)),
         ]
         depth = "Requests waiting, by model and queue"
         for name, host in self.models.items():

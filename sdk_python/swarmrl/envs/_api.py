@@ -46,10 +46,6 @@ SPLITS: tuple[Split, ...] = ("train", "val", "test")
 """The splits every environment names: train for training, val to choose settings and
 checkpoints, test to report once per run."""
 
-EPISODE_HEADER = "X-Swarmrl-Episode"
-"""The header that names a request's episode on the server's stable base URL."""
-
-
 @dataclass(frozen=True)
 class Item:
     """One problem, game or task instance of an environment."""
@@ -161,7 +157,8 @@ class Rollout:
     def base_url(self) -> str:
         """The episode's own OpenAI-compatible base URL (``.../k/<key>/v1``): an
         unmodified agent that only takes a base URL lands every call in this episode."""
-        return self.episode.openai_base_url
+        root = self.shared_base_url.removesuffix("/v1")
+        return f"{root}/k/{self.api_key}/v1"
 
     @property
     def api_key(self) -> str:
@@ -170,16 +167,15 @@ class Rollout:
 
     @property
     def shared_base_url(self) -> str:
-        """The server's stable base URL (``.../v1``), the same for every episode: a
-        harness that caches one client per URL sends `headers` with each request."""
-        url = self.base_url
-        head, sep, rest = url.partition("/k/")
-        return head + "/" + rest.partition("/")[2] if sep else url
+        """The server's stable base URL (``.../v1``), the same for every episode: with the
+        key as the client's API key, or with `headers` on each request (for a harness that
+        caches one client per URL and sets its own ``Authorization``)."""
+        return self.episode.openai_base_url
 
     @property
     def headers(self) -> dict[str, str]:
         """Headers that name this episode on `shared_base_url`."""
-        return {EPISODE_HEADER: self.api_key}
+        return self.episode.http_headers
 
     def openai_sampling(self) -> dict[str, Any]:
         """`sampling` as OpenAI request fields (only those set): ``temperature``,

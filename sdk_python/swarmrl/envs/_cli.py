@@ -4,6 +4,10 @@ Both either start a server (``--model``, ``--engine``, ``--train-option``, ``--s
 stopped at the end) or attach to a running one (``--target``). Everything a run writes
 goes to ``--out``: ``rollouts.jsonl`` (one record per rollout, train and eval),
 ``eval-*.json`` (each evaluation's figures) and ``summary.json``.
+
+An attached ``swarmrl train`` (``--target``, e.g. a study's client) started again on the
+same ``--out`` resumes: it keeps its eval before, its first start's deadline and the
+groups it trained, and once finished plays nothing more.
 """
 
 from __future__ import annotations
@@ -180,27 +184,56 @@ def _write_eval(out: Path, name: str, report: EvalReport) -> dict[str, Any]:
     return figures
 
 
+def _resumed(out: Path, args: argparse.Namespace) -> tuple[dict[str, Any] | None, float | None,
+                                                          int | None]:
+    """What an attached run started again on the same --out keeps (a study restarts its
+    clients): the eval before, the first start's deadline, the groups already trained.
+    Returns (eval before or None, seconds left or None, groups left or None)."""
+    before_file = out / "eval-before-val.json"
+    before = json.loads(before_file.read_text()) if before_file.is_file() else None
+    seconds = None
+    if args.minutes is not None:
+        marker = out / "train-started"
+        if not marker.is_file():
+            marker.write_text(f"{time.time()}\n")
+        seconds = max(0.0, float(marker.read_text()) + args.minutes * 60 - time.time())
+    groups = args.groups
+    rollouts = out / "rollouts.jsonl"
+    if groups is not None and rollouts.is_file():
+        done = {r["group_id"] for r in map(json.loads, rollouts.read_text().splitlines())
+                if r.get("trained")}
+        groups = max(0, groups - len(done))
+    return before, seconds, groups
+
+
 async def _train(args: argparse.Namespace, env: Environment, target: str, out: Path,
                  summary: dict[str, Any]) -> None:
+    before, seconds, groups = _resumed(out, args)
     records = _Records(out / "rollouts.jsonl")
     config = _runner_config(args, training=True)
     summary["runner"] = _jsonable(asdict(config))
+    split: Split = "val"
     try:
         async with AsyncSwarmClient(target, api_key=args.api_key) as client:
             async with Runner(env, client, config, on_record=records) as runner:
-                split: Split = "val"
                 if args.eval_split != "none":
-                    summary["eval_before"] = _write_eval(
+                    summary["eval_before"] = before or _write_eval(
                         out, f"before-{split}", await runner.evaluate(split, limit=args.eval_limit))
-                report = await runner.train(groups=args.groups, seconds=None if args.minutes is None
-                                            else args.minutes * 60)
-                summary["train"] = report.as_dict()
-                print(f"trained: {report.groups} groups, {report.rollouts} rollouts, "
-                      f"{report.groups_aborted} groups aborted, "
-                      f"{report.skipped_held_out} held-out items skipped", file=sys.stderr)
+                if seconds != 0.0 and groups != 0:
+                    report = await runner.train(groups=groups, seconds=seconds)
+                    summary["train"] = report.as_dict()
+                    print(f"trained: {report.groups} groups, {report.rollouts} rollouts, "
+                          f"{report.groups_aborted} groups aborted, "
+                          f"{report.skipped_held_out} held-out items skipped", file=sys.stderr)
+                else:
+                    summary["train"] = {"note": "the budget was spent before a restart"}
                 if args.eval_split != "none":
-                    summary["eval_after"] = _write_eval(
+                    summary["eval_after"] = after = _write_eval(
                         out, f"after-{split}", await runner.evaluate(split, limit=args.eval_limit))
+                    rate = "success_rate" if "success_rate" in after else "mean_reward"
+                    first = summary["eval_before"].get(rate)
+                    if first is not None and after.get(rate) is not None:
+                        summary["gain"] = round(after[rate] - first, 4)
     finally:
         records.close()
 
@@ -231,6 +264,11 @@ def _main(command: str, argv: Sequence[str]) -> int:
         print(f"swarmrl {command}: {err}", file=sys.stderr)
         return 2
     out = _out_dir(args, env)
+    done = out / "summary.json"
+    if command == "train" and args.target and done.is_file() and "train" in json.loads(
+            done.read_text()):
+        print(f"{out} already finished", file=sys.stderr)  # a restarted study client
+        return 0
     train_options = _train_options(args) if command == "train" else None
     summary: dict[str, Any] = {
         "command": ["swarmrl", command, *argv], "env": args.env, "env_label": env.label,

@@ -52,6 +52,10 @@ _DEFAULT_SAMPLING = SamplingRequest()
 MAX_ID_LEN = 256
 
 
+async def _never_paused(model: str, timeout_s: float) -> str | None:
+    return None
+
+
 @dataclass
 class _Open:
     record: EpisodeRecord
@@ -69,7 +73,7 @@ class EpisodeRegistry:
         keys: EpisodeKeys,
         *,
         policy: GenerationPolicy | None = None,
-        is_paused: Callable[[str], str | None] = lambda model: None,
+        wait_generating: Callable[[str, float], Awaitable[str | None]] = _never_paused,
         require_session: Callable[[str, Principal], object] = lambda s, c: None,
         on_ended: Callable[[EpisodeRecord], Awaitable[None]] | None = None,
         telemetry: Telemetry | None = None,
@@ -78,7 +82,9 @@ class EpisodeRegistry:
         self._models = models
         self.keys = keys
         self.policy = policy or GenerationPolicy()
-        self._is_paused = is_paused
+        self._wait_generating = wait_generating
+        """(model, seconds) -> None once the model generates, or why it is still paused
+        when the seconds are up (`Pauses.wait_generating`)."""
         self._require_session = require_session
         self._on_ended = on_ended
         self._telemetry = telemetry
@@ -229,9 +235,18 @@ class EpisodeRegistry:
             yield replay(replayed)
             return
         host = self._resolve_model(open_.record, model)
-        paused = self._is_paused(host.name)  # only this model's pauses hold this call
+        # Only this model's pauses hold this call, and it waits them out (up to the
+        # policy's bound) rather than failing: harnesses that proxy calls drop the
+        # Retry-After of a 429, so a weight sync of seconds would kill their rollouts.
+        # Every door waits, gRPC's Generate too: one rule, and an SDK call then resumes
+        # the moment the pause lifts instead of after a retry's backoff (its retries
+        # still cover a pause longer than the bound). The call holds no engine capacity
+        # while it waits (it counts in flight only once the engine runs it), and a
+        # caller that goes away cancels the wait.
+        paused = await self._wait_generating(host.name, self.policy.pause_wait_s)
         if paused:
             raise unavailable(Reason.GENERATION_PAUSED, f"generation is paused: {paused}")
+        open_ = await self._require_open(episode_id, caller=caller)  # ended while waiting?
         calls_of_model = [c for c in open_.calls if c.model == host.name]
         request = resolve(
             host, self.policy, sampling, messages=messages, tools=tools, token_ids=token_ids,

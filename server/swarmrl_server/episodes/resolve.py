@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarmrl_server.config import PAUSE_WAIT_S
 from swarmrl_server.engine.base import SamplingParams
 from swarmrl_server.episodes.chat import Message, validate_messages
 from swarmrl_server.episodes.render import render_prompt
@@ -62,6 +63,10 @@ class GenerationPolicy:
     max_inflight: int = 512
     """Most generations one model runs or queues at once; more are refused with
     UNAVAILABLE (OVER_CAPACITY, HTTP 429) and a retry hint instead of piling up."""
+    pause_wait_s: float = PAUSE_WAIT_S
+    """How long a call that arrives while its model is paused (an admin pause, a weight
+    sync, the trainer's back-pressure) waits for the pause to lift before it is refused
+    with UNAVAILABLE (GENERATION_PAUSED, HTTP 429); 0 refuses at once."""
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,11 @@ Endpoints (also under `/k/<episode key>/...`, for harnesses that cannot set a ke
 
 Addressing: `StartEpisode` returns `openai_base_url` and `openai_api_key`
 (`sk-swarm-<episode id>.<mac>`). Every call made with the key lands in that episode
-(`Authorization: Bearer <key>`, or `x-api-key: <key>` for Anthropic clients). Bad
-key: 401; ended/aborted episode: 409; a model the episode was not started with: 404.
+(`Authorization: Bearer <key>`, or `x-api-key: <key>` for Anthropic clients, or
+`X-Swarmrl-Episode: <key>`, which wins over both: one client with one base URL and
+its own key can play every episode of a run). Bad key: 401; ended/aborted episode:
+409; a model the episode was not started with: 404. A call made while its model is
+paused waits for the pause to lift (up to `--pause-wait`), then gets 429.
 
 Extension fields (ignored by plain clients, opt-in where they cost bytes):
 
@@ -52,5 +55,8 @@ refused with a 400 naming `tool_choice`, as are other options the server cannot
 honour (penalties, logit_bias, JSON response formats, parallel_tool_calls=false).
 
 Sampling: temperature, top_p, max_tokens / max_completion_tokens, stop, seed, n,
-logprobs / top_logprobs. Choice i of a seeded request samples with `seed + i`.
+logprobs / top_logprobs. Choice i of a seeded request samples with `seed + i`. Every
+other sampling setting (top_k, min_p, typical_p, top_a, repetition / presence /
+frequency / length penalties, logit_bias, min_tokens) is refused on every door with a
+400 naming it unless at its neutral value (`protocol.REFUSED_UNLESS_NEUTRAL` says why).
 """

@@ -100,7 +100,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         errors = exc.errors()
         first = errors[0] if errors else {}
         loc = tuple(first.get("loc", ()))
-        param = param_from_loc(loc)
+        # A refused sampling setting (an extra has no location) names itself in ctx.
+        param = param_from_loc(loc) or (first.get("ctx") or {}).get("param")
         if first.get("type") == "json_invalid":
             message = "the request body is not valid JSON"
         elif first.get("type") == "missing" and param:

@@ -2,9 +2,15 @@
 
 `StartEpisode` hands out `sk-swarm-<episode_id>.<mac>`; an agent sends it as
 `Authorization: Bearer ...` (OpenAI clients), `x-api-key: ...` (Anthropic
-clients), or inside the base URL (`/k/<key>/v1/...`) for harnesses whose key is
-not configurable. The key is verified by its HMAC (nothing stored per key) and
-reaches only its own episode.
+clients), inside the base URL (`/k/<key>/v1/...`) for harnesses whose key is
+not configurable, or as `X-Swarmrl-Episode: <key>` on the plain `/v1/...` URL. The
+header is for harnesses that keep one HTTP client (one connection pool) per
+configuration: every episode of a run shares the one base URL, and each request
+names its episode; it wins over `Authorization` / `x-api-key`, which such harnesses
+may fill with a key of their own (verifiers sets one from an environment variable).
+The key is verified by its HMAC (nothing stored per key) and reaches only its own
+episode. Server keys (`security.KeyRing`) travel only as `Authorization` /
+`x-api-key`, never in the episode header.
 """
 
 from __future__ import annotations
@@ -21,13 +27,25 @@ PATH_KEY = "episode_key"
 """Path parameter of the `/k/{episode_key}` prefix routes."""
 
 
+EPISODE_HEADER = "x-swarmrl-episode"
+"""The header that names a request's episode by its key (HTTP header names are
+case-insensitive; the SDK sends `X-Swarmrl-Episode`)."""
+
+
+def credential(request: Request) -> str:
+    """The key in `Authorization: Bearer` or `x-api-key` (an episode's or a server's), or ""."""
+    return (bearer_token(request.headers.get("authorization", ""))
+            or request.headers.get("x-api-key", "").strip())
+
+
 def api_key(request: Request) -> str:
-    """The key a request carries (path prefix, then Bearer, then x-api-key), or ""."""
+    """The episode key a request carries, or "": the path prefix, then the episode
+    header, then `credential`. The first one present decides: a bad key in the header
+    is refused, not passed over for Authorization."""
     in_path = request.path_params.get(PATH_KEY)
     if in_path:
         return str(in_path)
-    return (bearer_token(request.headers.get("authorization", ""))
-            or request.headers.get("x-api-key", "").strip())
+    return request.headers.get(EPISODE_HEADER, "").strip() or credential(request)
 
 
 class EpisodeAuth:
@@ -67,7 +85,8 @@ class EpisodeAuth:
         key = api_key(request)
         if key and self._swarm.episodes.keys.episode_for(key) is not None:
             return
-        if key and self._server_keys.role(key) is not None:
+        server_key = credential(request)
+        if server_key and self._server_keys.role(server_key) is not None:
             return
         if not self._server_keys.enabled and not key.startswith(EPISODE_KEY_PREFIX):
             return

@@ -15,10 +15,13 @@ import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from fastapi import Request
+
 from swarmrl_server.engine.base import GenerationChunk
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.resolve import SamplingRequest
 from swarmrl_server.errors import Code, Reason, SwarmError
+from swarmrl_server.http.sse import unless_disconnected
 
 Item = GenerationChunk | GenerationResult
 _DONE = object()
@@ -55,13 +58,17 @@ class Generations:
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             await self._queue.put((index, exc))
 
-    async def start(self) -> None:
-        """Starts every choice and waits for the first item; raises an early error."""
+    async def start(self, request: Request) -> None:
+        """Starts every choice and waits for the first item; raises an early error.
+
+        A call made while its model is paused waits here for the pause to lift (see
+        `EpisodeRegistry.generate`); if `request`'s client goes away meanwhile, the wait
+        ends at once (`ClientDisconnected`) instead of running on until the pause lifts."""
         self._tasks = [
             asyncio.create_task(self._pump(i, s)) for i, s in enumerate(self._streams)
         ]
         try:
-            self._first = await self._next()
+            self._first = await unless_disconnected(request, self._next())
         except BaseException:
             await self.aclose()
             raise

@@ -2,7 +2,10 @@
 
 Requests accept fields we do not know (clients add new OpenAI fields faster than
 anyone can follow) and log their names, as vLLM's `OpenAIBaseModel` does; fields we
-know but cannot honour are rejected by the serving code, never silently dropped.
+know but cannot honour are rejected, never silently dropped. Sampling settings follow
+one rule, for every door (`GenerationRequest`): honoured exactly and recorded
+(temperature, top_p, max_tokens, stop, seed), or refused with a 400 naming the field
+unless at their neutral value (`REFUSED_UNLESS_NEUTRAL`).
 """
 
 from __future__ import annotations
@@ -11,8 +14,37 @@ from typing import Any, ClassVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
+from pydantic_core import PydanticCustomError
 
 log = structlog.get_logger("swarmrl.http")
+
+REFUSED_UNLESS_NEUTRAL: dict[str, tuple[object, ...]] = {
+    "top_k": (None, 0, -1),
+    "min_p": (None, 0),
+    "typical_p": (None, 1),
+    "top_a": (None, 0),
+    "repetition_penalty": (None, 1),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "length_penalty": (None, 1),
+    "logit_bias": (None, {}),
+    "min_tokens": (None, 0),
+}
+"""Sampling settings this server does not honour, each with the values that ask for
+nothing (accepted); any other value is refused with a 400 naming the field, on every
+door, declared field or extra alike.
+
+Why refused rather than honoured: the trainer recomputes every recorded token's logprob
+from the model's full softmax. Truncating the distribution (top_k, min_p, typical_p,
+top_a), reweighting it (penalties, logit_bias) or masking the end of text (min_tokens)
+would make the logprobs recorded at generation differ from that recompute, so the
+importance ratio would train on a distribution that never produced the tokens.
+Honouring one needs the trainer to replay the same processing, which it does not; and
+dropping one silently would sample from a distribution the client did not ask for."""
+
+SAMPLING_REFUSED = "sampling_not_honoured"
+"""The pydantic error type of a refused sampling setting; its `ctx["param"]` names the
+field (the error has no location of its own: extras are not fields)."""
 
 
 class OpenAIBaseModel(BaseModel):
@@ -26,11 +58,34 @@ class OpenAIBaseModel(BaseModel):
         result = handler(data)
         extra = result.model_extra or {}
         # A null field asks for nothing; clients echo e.g. `"refusal": null` back on
-        # assistant messages, which is not worth a warning on every turn.
-        ignored = sorted(k for k, v in extra.items() if v is not None)
+        # assistant messages, which is not worth a warning on every turn. A sampling
+        # setting that got here is at its neutral value: honoured, not ignored.
+        ignored = sorted(k for k, v in extra.items()
+                         if v is not None and k not in REFUSED_UNLESS_NEUTRAL)
         if ignored:
             log.warning("ignored_fields", model=cls.__name__, fields=ignored)
         return result
+
+
+class GenerationRequest(OpenAIBaseModel):
+    """The body of a generating endpoint (chat completions, completions, responses,
+    messages): `REFUSED_UNLESS_NEUTRAL` is applied here, once, while the body is parsed,
+    so a refused request never reaches an episode or an engine."""
+
+    @model_validator(mode="after")
+    def _refuse_unhonoured_sampling(self) -> GenerationRequest:
+        extra = self.model_extra or {}
+        for name, neutral in REFUSED_UNLESS_NEUTRAL.items():
+            value = getattr(self, name) if name in type(self).model_fields else extra.get(name)
+            if value not in neutral:
+                shown = " or ".join(repr(v) for v in neutral if v is not None)
+                raise PydanticCustomError(
+                    SAMPLING_REFUSED,
+                    "not supported by this server: recorded logprobs must match the "
+                    "trainer's recompute from the full distribution (use {neutral} or "
+                    "leave it out)", {"param": name, "neutral": shown},
+                )
+        return self
 
 
 class ResponseModel(BaseModel):

@@ -7,7 +7,13 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from swarmrl_server.http.protocol import OpenAIBaseModel, ResponseModel, SwarmrlInfo, Usage
+from swarmrl_server.http.protocol import (
+    GenerationRequest,
+    OpenAIBaseModel,
+    ResponseModel,
+    SwarmrlInfo,
+    Usage,
+)
 from swarmrl_server.limits import MAX_TOP_LOGPROBS
 
 # -- request -------------------------------------------------------------------------
@@ -60,7 +66,7 @@ class StreamOptions(OpenAIBaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(OpenAIBaseModel):
+class ChatCompletionRequest(GenerationRequest):
     """OpenAI's chat completion request. Fields OpenAI defines that this server cannot
     honour (penalties, logit_bias, constrained formats, forced tool calls) are accepted
     only at their neutral values; anything else is a 400 naming the field."""

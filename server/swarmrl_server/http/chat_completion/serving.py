@@ -104,12 +104,8 @@ def to_messages(messages: list[ChatMessageIn]) -> list[Message]:
 
 
 def reject_unsupported(req: ChatCompletionRequest) -> None:
-    """Options we cannot honour are refused by name rather than ignored."""
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, name) not in (None, 0, 0.0):
-            raise HttpError(400, f"{name}: not supported by this server (use 0)", param=name)
-    if req.logit_bias:
-        raise HttpError(400, "logit_bias: not supported by this server", param="logit_bias")
+    """Options we cannot honour are refused by name rather than ignored (sampling
+    settings were already refused while parsing: `http.protocol.REFUSED_UNLESS_NEUTRAL`)."""
     check_parallel_tool_calls(req.parallel_tool_calls, bool(req.tools), req.tool_choice)
     if req.top_logprobs and not req.logprobs:
         raise HttpError(400, "top_logprobs: requires logprobs=true", param="top_logprobs")
@@ -166,7 +162,7 @@ class OpenAIServingChat:
                 for i, s in enumerate(samplings)
             ]
             gens = Generations(streams, chunks=req.stream)
-            await gens.start()
+            await gens.start(raw)
         except SwarmError as err:
             raise from_swarm_error(err, params) from None
         plan = _Plan(req, episode.episode_id, parse_tools, params)

@@ -7,7 +7,13 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from swarmrl_server.http.protocol import OpenAIBaseModel, ResponseModel, SwarmrlInfo, Usage
+from swarmrl_server.http.protocol import (
+    GenerationRequest,
+    OpenAIBaseModel,
+    ResponseModel,
+    SwarmrlInfo,
+    Usage,
+)
 from swarmrl_server.limits import MAX_LEGACY_LOGPROBS
 
 
@@ -15,7 +21,7 @@ class StreamOptions(OpenAIBaseModel):
     include_usage: bool = False
 
 
-class CompletionRequest(OpenAIBaseModel):
+class CompletionRequest(GenerationRequest):
     """A raw-prompt completion. The prompt is text (tokenized with the model's tokenizer)
     or token ids (used as they are: the token-in path for agents that render their own
     prompts); a list of prompts runs each of them `n` times."""

@@ -53,11 +53,6 @@ def reject_unsupported(req: CompletionRequest) -> None:
         raise HttpError(400, "suffix: not supported by this server", param="suffix")
     if req.best_of not in (None, 1, req.n):
         raise HttpError(400, "best_of: only best_of == n is supported", param="best_of")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, name) not in (None, 0, 0.0):
-            raise HttpError(400, f"{name}: not supported by this server (use 0)", param=name)
-    if req.logit_bias:
-        raise HttpError(400, "logit_bias: not supported by this server", param="logit_bias")
 
 
 def finish_of(reason: str) -> str:
@@ -108,7 +103,7 @@ class OpenAIServingCompletion:
                 for p, ids in enumerate(prompts) for i, s in enumerate(samplings)
             ]
             gens = Generations(streams, chunks=req.stream)
-            await gens.start()
+            await gens.start(raw)
         except SwarmError as err:
             raise from_swarm_error(err, PARAMS) from None
         if req.stream:

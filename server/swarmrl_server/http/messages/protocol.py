@@ -6,7 +6,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from swarmrl_server.http.protocol import OpenAIBaseModel, ResponseModel, SwarmrlInfo
+from swarmrl_server.http.protocol import (
+    GenerationRequest,
+    OpenAIBaseModel,
+    ResponseModel,
+    SwarmrlInfo,
+)
 
 
 class ContentBlock(OpenAIBaseModel):
@@ -49,7 +54,7 @@ class ThinkingConfig(OpenAIBaseModel):
     budget_tokens: int | None = None
 
 
-class MessagesRequest(OpenAIBaseModel):
+class MessagesRequest(GenerationRequest):
     model: str
     max_tokens: int = Field(ge=1)
     messages: list[MessageParam] = Field(min_length=1)

@@ -146,8 +146,6 @@ class AnthropicServingMessages:
         episode = await self.auth.open_episode(raw)
         try:
             require_episode_model(req.model, episode.models, self.swarm.models)
-            if req.top_k is not None:
-                raise HttpError(400, "top_k: not supported by this server", param="top_k")
             messages = to_messages(req.system, req.messages)
             validate_messages(messages, "messages")
             tools, parse_tools = to_tools(req.tools, req.tool_choice, req.thinking)
@@ -165,7 +163,7 @@ class AnthropicServingMessages:
                 episode.episode_id, model=req.model, messages=messages, tools=tools,
                 sampling=sampling, input_field="input", request_id=req.request_id or "",
                 on_prompt=prompt_ids.extend, caller=IN_PROCESS)], chunks=req.stream)
-            await gens.start()
+            await gens.start(raw)
         except SwarmError as err:
             raise from_swarm_error(err, PARAMS) from None
         if req.stream:

@@ -12,7 +12,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from swarmrl_server.http.protocol import OpenAIBaseModel, ResponseModel, SwarmrlInfo
+from swarmrl_server.http.protocol import (
+    GenerationRequest,
+    OpenAIBaseModel,
+    ResponseModel,
+    SwarmrlInfo,
+)
 
 # -- request -------------------------------------------------------------------------
 
@@ -72,7 +77,7 @@ class TextConfig(OpenAIBaseModel):
     verbosity: str | None = None
 
 
-class ResponsesRequest(OpenAIBaseModel):
+class ResponsesRequest(GenerationRequest):
     """OpenAI's `POST /v1/responses` body. Fields the API defines that this server cannot
     honour (built-in tools, background mode, server-side conversations, truncation,
     reasoning settings) are accepted only at their neutral values; anything else is a

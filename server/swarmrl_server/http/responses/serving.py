@@ -215,7 +215,7 @@ class OpenAIServingResponses:
                 episode.episode_id, model=req.model, messages=messages,
                 tools=to_tools(settings), sampling=sampling, input_field="input",
                 request_id=req.request_id or "", annotations=store.call_annotations(settings), caller=IN_PROCESS)], chunks=req.stream)
-            await gens.start()
+            await gens.start(raw)
         except SwarmError as err:
             raise from_swarm_error(err, params) from None
         tt = TokenText(self.swarm.models[req.model].tokenizer) if logprobs else None

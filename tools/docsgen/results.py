@@ -1,0 +1,115 @@
+"""Results and performance tables, rendered from the committed records under `results/`.
+
+`results/index.yaml` and `results/performance.yaml` list the records. A record is either
+a file a run wrote (`file:`; today the examples' `summary.json`, a study's report) or a
+transcribed table (`columns` + `rows`) or printed output (`output`). A page asks for a
+group of records with a `<!-- records: GROUP -->` line, which becomes one table for the
+group's summary files (a row per record) or the group's tables, each followed by its date,
+machine and command.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tools.docsgen import REPO, cell, table
+
+RESULTS = REPO / "results"
+MARKER = re.compile(r"^<!-- records: ([\w.-]+) -->$", re.M)
+
+
+def records() -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for index in ("index.yaml", "performance.yaml"):
+        data = yaml.safe_load((RESULTS / index).read_text())
+        found += [dict(record) for record in data["records"]]
+    machines = yaml.safe_load((RESULTS / "index.yaml").read_text()).get("machines", {})
+    for record in found:
+        name = str(record.get("machine", ""))
+        head, _, rest = name.partition(" ")
+        record["machine"] = machines.get(head, head) + (f" {rest}" if rest else "")
+    return found
+
+
+def _rate(part: dict[str, Any]) -> str:
+    low, high = part.get("wilson95", [None, None])
+    ci = f", {low:.3f}–{high:.3f}" if low is not None else ""
+    return f"{part['rate']:.3f} ({part['solved']}/{part['n']}{ci})"
+
+
+def _summary_row(record: dict[str, Any], data: dict[str, Any]) -> list[object]:
+    before, after = data["before"], data["after"]
+    gain = data.get("gain", after["rate"] - before["rate"])
+    times = f" ({after['rate'] / before['rate']:.1f}×)" if before["rate"] else ""
+    merge = data.get("merge", {}).get("trained", {})
+    ratio = f"{merge['token_ratio']:.2f}×" if merge.get("token_ratio") else ""
+    return [record.get("title", record["id"]), _rate(before), _rate(after), f"{gain:+.3f}{times}",
+            data.get("train_steps", ""), data.get("train_episodes", ""),
+            f"{data['train_s'] / 60:.0f} min" if "train_s" in data else "", ratio,
+            f"[{record['file']}]({_link(record['file'])})"]
+
+
+def _link(path: str) -> str:
+    """Where the record is published in the site (the hook copies `results/` there), seen
+    from a page in `docs/results/`."""
+    return f"{PUBLISHED}/{path}"
+
+
+PUBLISHED = "records"
+
+
+def _provenance(record: dict[str, Any]) -> str:
+    parts = [f"**{record['date']}**", str(record.get("machine", ""))]
+    if record.get("source"):
+        parts.append(str(record["source"]))
+    if record.get("note"):
+        parts.append(str(record["note"]))
+    return "; ".join(p for p in parts if p) + ".\n\n```sh\n" + str(record.get("command", "")) + "\n```\n"
+
+
+def render_group(group: str) -> str:
+    members = [r for r in records() if r.get("group") == group]
+    if not members:
+        raise ValueError(f"no record in results/ has group {group!r}")
+    out: list[str] = []
+    summaries = [r for r in members if str(r.get("file", "")).endswith(".json")]
+    if summaries:
+        rows = [_summary_row(r, json.loads((RESULTS / r["file"]).read_text())) for r in summaries]
+        out.append(table(["run", "held-out before", "after (95% CI)", "gain", "steps",
+                          "training episodes", "training time", "merge (tokens as calls / as timelines)",
+                          "record"], rows))
+        dates = sorted({str(r["date"]) for r in summaries})
+        out.append(f"Measured {', '.join(dates)} on {summaries[0]['machine']}.\n")
+        for r in summaries:
+            out.append(f"*{cell(r.get('title', r['id']))}*:\n\n```sh\n{r['command']}\n```\n")
+    for r in members:
+        if r in summaries:
+            continue
+        out.append(f"**{cell(r['title'])}**\n")
+        if "columns" in r:
+            out.append(table([str(c) for c in r["columns"]], r["rows"]))
+        if "output" in r:
+            out.append("```text\n" + str(r["output"]).rstrip() + "\n```\n")
+        if str(r.get("file", "")).endswith(".md"):
+            text = (RESULTS / r["file"]).read_text()
+            text = re.sub(r"^!\[.*$\n?", "", text, flags=re.M)  # its figures were not kept
+            text = re.sub(r"^## Curves\n+", "", text, flags=re.M)
+            text = re.sub(r"^(#+) ", lambda m: "#" * (len(m[1]) + 2) + " ", text, flags=re.M)
+            out.append(text.strip() + "\n")
+            out.append(f"Record: `results/{r['file']}` in the repository.\n")
+        out.append(_provenance(r))
+    return "\n".join(out)
+
+
+def expand(markdown: str) -> str:
+    """Replace every `<!-- records: GROUP -->` line with the group's rendered records."""
+    return MARKER.sub(lambda m: render_group(m[1]), markdown)
+
+
+def used_groups(docs: Path) -> set[str]:
+    return {m[1] for page in docs.rglob("*.md") for m in MARKER.finditer(page.read_text())}
