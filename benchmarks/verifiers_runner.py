@@ -6,9 +6,11 @@ rollout, the env playing the user), the same number of episodes and concurrency,
 - **runner**: ``swarmrl.envs.Runner.train`` through `swarmrl.envs.verifiers`: a swarmrl
   episode per rollout (StartEpisode, EndEpisode with the reward, over gRPC), GRPO groups,
   the adapter's checks, its client config per episode;
-- **verifiers**: ``Env.run_episode`` called directly, as an eval loop would, with one
-  client config (one open swarmrl episode's URL, as a plain OpenAI endpoint) for every
-  rollout and a semaphore for the concurrency.
+- **verifiers**: ``Env.run_episode`` called directly, as an eval loop would, with a
+  semaphore for the concurrency; each rollout still needs a swarmrl episode (the server
+  records every call in one), so it starts one, points verifiers' own client config at
+  the episode's URL (``/k/<key>/v1``) and ends it with the trace's reward: no runner, no
+  adapter, no groups.
 
 Both run in one process, inside one ``Env.serving()`` each, with the same in-process chat
 harness, against one ``swarmrl serve --engine echo`` (no model time, so the overhead is
@@ -85,21 +87,23 @@ async def verifiers_arm(target: str, env_id: str, episodes: int, concurrency: in
 
     env: Any = load_environment(f"verifiers:{env_id}", {})
     tasks = [env._task(item) for item in env.items("train")]
+    sampling = SamplingConfig(temperature=1.0, max_tokens=8)
+    gate = asyncio.Semaphore(concurrency)
     async with swarmrl.AsyncSwarmClient(target) as client:
-        episode = await client.start_episode("bench-verifiers")
-        base_url = f"{episode.openai_base_url.removesuffix('/v1')}/k/{episode.openai_api_key}/v1"
-        ctx = ModelContext(model=episode.models[0].name,
-                           client=EvalClientConfig(base_url=base_url,
-                                                   api_key_var=adapter._NO_KEY_VAR),
-                           sampling=SamplingConfig(temperature=1.0, max_tokens=8))
-        gate = asyncio.Semaphore(concurrency)
         await env.setup()
-        ROUTE.set(RolloutRoute(env._pool, base_url, None))
 
         async def one(i: int) -> None:
             async with gate:
+                episode = await client.start_episode("bench-verifiers")
+                base_url = (f"{episode.openai_base_url.removesuffix('/v1')}/k/"
+                            f"{episode.openai_api_key}/v1")
+                ctx = ModelContext(model=episode.models[0].name, sampling=sampling,
+                                   client=EvalClientConfig(base_url=base_url,
+                                                           api_key_var=adapter._NO_KEY_VAR))
+                ROUTE.set(RolloutRoute(env._pool, base_url, None))
                 played = await env.env.run_episode(tasks[i % len(tasks)], ctx)
-            assert played.ok, played.errors
+                assert played.ok, played.errors
+                await episode.end(played.traces[0].reward)
 
         try:
             t0 = time.perf_counter()
@@ -107,7 +111,6 @@ async def verifiers_arm(target: str, env_id: str, episodes: int, concurrency: in
             seconds = time.perf_counter() - t0
         finally:
             await env.close()
-            await episode.abort("benchmark")
     return seconds
 
 

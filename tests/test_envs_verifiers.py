@@ -157,6 +157,7 @@ def test_many_episodes_keep_connections_bounded(tmp_path: Path, model_cache: Pat
         assert line, proc.stderr.read()[-3000:] if proc.stderr else ""
         report = json.loads(line)
         assert report["rollouts"] == 200 and report["groups"] == 50
+        assert report["route"] == "header"  # one client config: the shared URL + the header
         assert server.proc is not None
         open_ = [c for c in psutil.Process(server.proc.pid).net_connections("tcp")
                  if c.laddr.port == server.http_port and c.status == psutil.CONN_ESTABLISHED]

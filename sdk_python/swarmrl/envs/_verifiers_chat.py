@@ -32,6 +32,7 @@ import json
 import sys
 import traceback
 import types
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -48,8 +49,8 @@ class RolloutRoute:
     """A shared ``openai.DefaultAsyncHttpxClient`` (connections to the interception server)."""
     upstream_base_url: str
     """The base URL of the policy's client config: only requests to it carry `header`."""
-    header: tuple[str, str] | None = None
-    """The episode header to forward upstream (None: the base URL names the episode)."""
+    headers: Mapping[str, str] | None = None
+    """The episode's headers, forwarded upstream (None: the base URL names the episode)."""
 
 
 ROUTE: contextvars.ContextVar[RolloutRoute | None] = contextvars.ContextVar(
@@ -82,7 +83,7 @@ async def run_program(ctx: Any, trace: Any, endpoint: str, secret: str,
     route = ROUTE.get()
     if route is None:
         raise RuntimeError(f"the {HARNESS_ID} harness plays only inside swarmrl.envs.verifiers")
-    headers = dict([route.header]) if route.header and (
+    headers = dict(route.headers) if route.headers and (
         ctx.client.base_url == route.upstream_base_url) else None
     args = argparse.Namespace(
         base_url=endpoint, api_key=secret, model=ctx.model,

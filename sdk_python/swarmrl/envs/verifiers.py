@@ -55,19 +55,21 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from swarmrl.envs._api import EPISODE_HEADER, SPLITS, Environment, Item, Outcome, Rollout, Split
+from swarmrl.envs._api import SPLITS, Environment, Item, Outcome, Rollout, Split
 
 # verifiers ships no type information usable under mypy --strict here (and is not installed
 # in the main venv): its objects are typed `Any` at this boundary.
 
 __all__ = ["VerifiersEnvironment", "load"]
 
-ROUTE = "url"
+ROUTE = "header"
 """How a rollout's calls name their episode: "url" (the episode's own base URL,
 ``.../k/<key>/v1``) or "header" (the server's stable base URL and the episode header,
 forwarded by the in-process harness). "header" lets every rollout share one client
-config, hence one upstream connection pool; it needs the server's support for
-`EPISODE_HEADER`."""
+config, hence one upstream connection pool (verifiers keeps one upstream client per
+distinct config until ``serving()`` ends). With "url", the adapter closes each episode's
+upstream client after its rollout instead; only a harness other than the in-process one
+(``harness=keep``) needs "url", since only the in-process one sends the header."""
 
 _NO_KEY_VAR = "SWARMRL_VERIFIERS_NO_KEY"
 """An unset variable: verifiers reads API keys from variables, and the episode's key
@@ -152,13 +154,8 @@ def hash_split(content: str, val_fraction: float, test_fraction: float) -> Split
 
 def episode_url(rollout: Rollout) -> str:
     """The episode's own base URL, ``.../k/<key>/v1``: verifiers sends its client config's
-    key from a variable, so the key must travel in the URL. (``Rollout.base_url`` is the
-    server's plain ``/v1`` when the server returns that as the episode's URL.)"""
-    url = rollout.base_url
-    if "/k/" in url:
-        return url
-    head, _, version = url.rstrip("/").rpartition("/")
-    return f"{head}/k/{rollout.api_key}/{version}"
+    key from a variable, so with route "url" the key travels in the URL."""
+    return rollout.base_url
 
 
 class VerifiersEnvironment(Environment):
@@ -192,7 +189,7 @@ class VerifiersEnvironment(Environment):
         self._untrained = (untrained_base_url, untrained_model)
         if untrained_api_key is not None:
             os.environ[_UNTRAINED_KEY_VAR] = str(untrained_api_key)
-        self._route = route or ROUTE
+        self._route = route or (ROUTE if harness == "inprocess" else "url")
         if self._route not in ("url", "header"):
             raise ValueError(f"verifiers: route={self._route!r}: expected url or header")
         self._data = dict(data)
@@ -375,8 +372,8 @@ class VerifiersEnvironment(Environment):
         client = self._client_config(rollout)
         ctx = ModelContext(model=rollout.model, client=client,
                            sampling=SamplingConfig(**rollout.openai_sampling()))
-        header = (EPISODE_HEADER, rollout.api_key) if self._route == "header" else None
-        token = CHAT_ROUTE.set(RolloutRoute(self._pool, client.base_url, header))
+        headers = rollout.headers if self._route == "header" else None
+        token = CHAT_ROUTE.set(RolloutRoute(self._pool, client.base_url, headers))
         discarded: list[Any] = []
         try:
             episode = await self.env.run_episode(self._task(rollout.item), ctx,
