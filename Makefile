@@ -9,8 +9,13 @@ STAMP  := $(VENV)/.installed
 # vLLM lives in its own venv: its transformers range (>=5.16.1,<5.20) conflicts with verl's.
 VLLM_VENV  ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+# verifiers lives in its own venv too: it pins openai<3 and mcp==2.0.0 (the main venv has
+# openai 3 and mcp 2.3). Python 3.11, verifiers and the swarmrl SDK (no server extras).
+VF_PYTHON ?= python3.11
+VF_VENV   ?= .venv-verifiers
+VF_STAMP  := $(VF_VENV)/.installed
 
-.PHONY: demo test docs toolchains vllm-venv lint generate check-generated bench bench-timelines clean
+.PHONY: demo test docs toolchains vllm-venv verifiers-venv lint generate check-generated bench bench-timelines clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +48,18 @@ $(VLLM_STAMP): constraints-vllm.txt
 
 vllm-venv: $(VLLM_STAMP)
 
+# The verifiers adapter's side (swarmrl.envs.verifiers, tests/test_envs_verifiers.py): the
+# tests run verifiers in this venv's python, against a server started from the main venv.
+$(VF_STAMP): constraints-verifiers.txt pyproject.toml
+	$(VF_PYTHON) -m venv $(VF_VENV)
+	$(VF_VENV)/bin/pip install --quiet --upgrade pip
+	$(VF_VENV)/bin/pip install --quiet -c constraints-verifiers.txt verifiers==0.4.0 -e .
+	$(VF_VENV)/bin/pip check
+	$(VF_VENV)/bin/python -c "import verifiers.v1, swarmrl.envs.verifiers"
+	touch $@
+
+verifiers-venv: $(VF_STAMP)
+
 # Every toolchain the tests need (apt packages, npm trees); idempotent and quiet.
 toolchains: node_modules/.installed
 	bash scripts/install_stub_toolchains.sh
@@ -51,7 +68,7 @@ demo: $(STAMP) $(if $(filter vllm,$(ENGINE)),$(VLLM_STAMP))
 	$(BIN)/python -m examples.demo $(if $(ENGINE),--engine $(ENGINE))
 
 # Toolchains are installed first, so a missing one is a failure, never a skip.
-test: $(STAMP) $(VLLM_STAMP) toolchains
+test: $(STAMP) $(VLLM_STAMP) $(VF_STAMP) toolchains
 	SWARMRL_REQUIRE_STUB_TOOLCHAINS=1 $(BIN)/python -m pytest
 
 # The documentation site into build/site; warnings are errors. The reference pages and the
@@ -80,4 +97,4 @@ bench-timelines: $(STAMP)
 	$(BIN)/python benchmarks/timeline_merge.py --trace forks --methods merged,tree
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) node_modules
+	rm -rf $(VENV) $(VLLM_VENV) $(VF_VENV) node_modules
