@@ -71,10 +71,11 @@ def test_an_openenv_game_trains_under_swarmrl_train(tmp_path: Path, model_cache:
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
     train = {r["episode_id"]: r for r in rows if r["split"] == "train"}
-    evals = {r["episode_id"]: r for r in rows if r["split"] == "val"}
+    evals = {r["episode_id"]: r for r in rows if r["split"] in ("val", "test")}
+    vals = [r for r in evals.values() if r["split"] == "val"]
     assert len(train) == 6 and all(r["trained"] for r in train.values())
-    assert len(evals) == 4 and {r["item_id"] for r in evals.values()} == {
-        "val-1000000", "val-1000001"}
+    assert len(vals) == 4 and {r["item_id"] for r in vals} == {"val-1000000", "val-1000001"}
+    assert {r["split"] for r in evals.values()} == {"val", "test"}  # test once, at the end
 
     game: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for line in log.read_text().splitlines():

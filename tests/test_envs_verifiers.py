@@ -107,8 +107,10 @@ def test_three_verifiers_envs_train_unchanged(tmp_path: Path, model_cache: Path)
     records = [r for rs in runs.values() for r in rs]
     assert all(r["error"] == "" for r in records), [r["error"] for r in records if r["error"]]
     trained = {r["episode_id"] for r in records if r["trained"]}
-    evals = {r["episode_id"] for r in records if r["split"] != "train"}
-    assert len(trained) == 3 * 2 * 2 and len(evals) == 3 * 2 * 2  # before and after
+    evals = {r["episode_id"] for r in records if r["split"] == "val"}
+    tests = {r["episode_id"] for r in records if r["split"] == "test"}
+    assert len(trained) == 3 * 2 * 2 and len(evals) == 3 * 2 * 2  # val before and after
+    assert tests and not tests & trained  # test once, at the end, never trained
 
     # Every call in exactly one episode: per episode, and no call anywhere else.
     for r in records:
@@ -125,7 +127,7 @@ def test_three_verifiers_envs_train_unchanged(tmp_path: Path, model_cache: Path)
             assert episode.state is EpisodeState.ENDED and episode.reward == r["reward"]
             assert r["reward"] == r["metrics"].get("reward/correct", r["metrics"].get("reward/won"))
         else:
-            assert episode.state is EpisodeState.ABORTED and r["split"] == "val"
+            assert episode.state is EpisodeState.ABORTED and r["split"] in ("val", "test")
 
     # Multi-turn: the env played the user for up to three turns, one timeline, no fork.
     guess = [store[r["episode_id"]] for r in runs["vf_guess"]]
@@ -138,7 +140,7 @@ def test_three_verifiers_envs_train_unchanged(tmp_path: Path, model_cache: Path)
     assert all(r["info"]["tools"] == [] for r in runs["vf_arith"])
 
     consumed = trained_episode_ids(tmp_path / "data")
-    assert consumed and consumed <= trained and not consumed & evals
+    assert consumed and consumed <= trained and not consumed & (evals | tests)
 
 
 def test_many_episodes_keep_connections_bounded(tmp_path: Path, model_cache: Path) -> None:
