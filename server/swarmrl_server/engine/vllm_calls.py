@@ -21,8 +21,7 @@ What a resumed request cannot hand to vLLM, this module does itself:
   - grammars: vLLM starts a request's grammar matcher from the start and takes no
     matcher state, so a constrained call (structural_tag) is never interrupted: it
     finishes on the weights it started with, and a full-weight sync waits for it
-    (constrained calls are forced tool calls and response formats: short, and trained
-    as context only).
+    (constrained calls are forced tool calls and response formats: short).
 """
 
 from __future__ import annotations
