@@ -78,6 +78,23 @@ def allowed_M_V(bitmask_M_W: torch.Tensor, V: int) -> torch.Tensor:
     return torch.nn.functional.pad(bits_M_X, (0, V - bits_M_X.shape[1]))
 
 
+def forced_N(bitmask_N_W: torch.Tensor, V: int) -> torch.Tensor:
+    """Whether each row allows exactly one of the first `V` tokens: one nonzero word, and
+    that a power of two (word tests: unpacking N x V booleans to count them would cost
+    the replay more than the matcher itself)."""
+    full, rest = divmod(V, 32)
+    nonzero_N_W = bitmask_N_W[:, :full] != 0
+    count_N = nonzero_N_W.sum(1)
+    first_N = nonzero_N_W.to(torch.uint8).argmax(1, keepdim=True)
+    word_N = bitmask_N_W[:, :full].gather(1, first_N)[:, 0]
+    if rest:  # the last word's bits past V are not tokens
+        last_N = bitmask_N_W[:, full] & ((1 << rest) - 1)
+        count_N = count_N + (last_N != 0)
+        word_N = torch.where(last_N != 0, last_N, word_N)
+    # int32 wraps: the sign bit alone (-2**31) passes as the power of two it is.
+    return (count_N == 1) & ((word_N & (word_N - 1)) == 0)
+
+
 def mask_rows(scaled_N_V: torch.Tensor, index_M: torch.Tensor, bitmask_M_W: torch.Tensor
               ) -> torch.Tensor:
     """`scaled_N_V` with the tokens each grammar row forbids set to the float minimum, at
@@ -142,13 +159,17 @@ class GrammarReplay:
             if not matcher.accept_token(int(token)):
                 break
             accepted += 1
-        counts_N = allowed_M_V(bitmask_N_W, spec.vocab_size).sum(1).tolist()
-        choices = [i < accepted and counts_N[i] > 1 for i in range(N)]
+        forced = forced_N(bitmask_N_W, spec.vocab_size).tolist()
+        choices = [i < accepted and not forced[i] for i in range(N)]
         out = Replayed(bitmask_N_W, choices, accepted)
         self._cache[key] = out
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return out
+
+    def clear(self) -> None:
+        """Forgets every replay (the compiled grammars stay)."""
+        self._cache.clear()
 
     def choices(self, grammar: str, completion_ids: Sequence[int]) -> list[bool]:
         """Which completion tokens were a choice (what `merge_calls` trains)."""
@@ -175,4 +196,4 @@ class GrammarReplay:
         return out
 
 
-__all__ = ["GrammarReplay", "Replayed", "RowMask", "allowed_M_V", "mask_rows"]
+__all__ = ["GrammarReplay", "Replayed", "RowMask", "allowed_M_V", "forced_N", "mask_rows"]
