@@ -63,8 +63,9 @@ def _episodes(vocab: int, tasks: int) -> list[Any]:
 
 def _every_position(forward: Any) -> Any:
     """The forward as it was before `trained_only`: logits at every position."""
-    def run(model: Any, rows: Any, pad_id: int = 0, *, trained_only: bool = False) -> Any:
-        return forward(model, rows, pad_id)
+    def run(model: Any, rows: Any, pad_id: int = 0, *, trained_only: bool = False,
+            masks: Any = None) -> Any:
+        return forward(model, rows, pad_id, masks=masks)
     return run
 
 

@@ -34,6 +34,35 @@ def make_call(
     )
 
 
+ANSWER_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}},
+                 "required": ["ok", "n"]}
+
+
+def constrained_call(model: Any, tokenizer: Any, episode_id: str, seq: int, prompt: list[int],
+                     text: str, *, temperature: float = 1.0) -> CallRecord:
+    """A call decoded under a JSON-schema grammar (`ANSWER_SCHEMA`): `text`, then the end of
+    turn, recorded with its grammar and the model's own masked logprobs (on-policy)."""
+    from swarmrl_server.engine.grammar import grammar_json, json_schema_tag
+    from swarmrl_server.engine.text import end_of_turn_ids
+    from swarmrl_server.timelines.grammar import GrammarReplay
+    from swarmrl_server.timelines.logprobs import forward_timelines
+    from swarmrl_server.timelines.merge import merge_calls
+
+    stops = end_of_turn_ids(tokenizer)
+    completion = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [stops[0]]
+    call = make_call(episode_id, seq, prompt, completion, temperature=temperature)
+    call.constrained = True
+    call.grammar = grammar_json(json_schema_tag(ANSWER_SCHEMA), stops,
+                                int(model.get_input_embeddings().num_embeddings))
+    replay = GrammarReplay(tokenizer)
+    assert replay.replay(call.grammar, completion).accepted == len(completion), text
+    (row,), _ = merge_calls([call], replay.choices)
+    with torch.no_grad():
+        (lp,), _ = forward_timelines(model, [row], masks=replay.row_masks([row]))
+    call.logprobs = [float(lp[len(prompt) + j - 1]) for j in range(len(completion))]
+    return call
+
+
 def make_episode(
     episode_id: str, reward: float, calls: list[CallRecord], *, task_id: str = "t",
     group_id: str = "g", end_time: float | None = None, models: list[str] | None = None,

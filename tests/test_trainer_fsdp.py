@@ -2,7 +2,9 @@
 
 Two workers (torch.multiprocessing spawn, a real gloo process group, `fully_shard`) train
 one batch — tree packing on, episodes from 1 to 6 turns with completions of 2 to 40
-tokens, two GRPO groups, two mini-batches (two AdamW updates), small micro-batches — and
+tokens, some ending in a call decoded under a grammar (its mask replayed by each worker
+from the rows' grammar spans), two GRPO groups, two mini-batches (two AdamW updates),
+small micro-batches — and
 the weights must match the plain one-process StepRunner's to 1e-5 (fp32). The reported
 gradient norm must match too: AdamW's first step is blind to a uniform gradient scale, the
 norm is not. Then a sharded checkpoint written by the 2 workers resumes on 1 worker.
@@ -18,11 +20,13 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from swarmrl_server.timelines.grammar import GrammarReplay
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.step import EpisodeRows, StepRunner, episode_rows
 from tests.helpers import free_port
 from tests.test_trainer_common import (
     MODEL,
+    constrained_call,
     current_logprobs,
     make_episode,
     multi_turn_calls,
@@ -37,7 +41,8 @@ OPTIONS = {"group_size": "0", "lr": "1e-3", "mini_batches": "2", "micro_batch_to
 def _episodes(model_dir: Path) -> list[EpisodeRows]:
     from swarmrl_server.models import load_model
 
-    model, _ = load_model(model_dir)
+    model, tokenizer = load_model(model_dir)
+    replay = GrammarReplay(tokenizer)
     rng = random.Random(7)
     out = []
     for i, turns in enumerate([1, 6, 2, 5, 1, 3, 4, 1]):
@@ -46,9 +51,15 @@ def _episodes(model_dir: Path) -> list[EpisodeRows]:
                        for _ in range(turns)]
         calls = current_logprobs(model, multi_turn_calls(
             f"e{i}", rng, turns=turns, completions=completions, split=i == 3))
+        if i in (1, 2, 5):  # a structured answer after the last turn, as an agent's last call
+            last = calls[-1]
+            calls.append(constrained_call(
+                model, tokenizer, f"e{i}", len(calls), last.prompt_ids + last.completion_ids,
+                f'{{"ok": {"true" if i % 2 else "false"}, "n": {i * 37}}}', temperature=0.8))
         group = f"g{i % 2}"
         record = make_episode(f"e{i}", float(rng.random()), calls, group_id=group)
-        out.append(episode_rows(record, MODEL, group)[0])
+        out.append(episode_rows(record, MODEL, group, replay.choices)[0])
+    assert sum(bool(r.grammars) for e in out for r in e.rows) == 3
     return out
 
 
@@ -102,7 +113,8 @@ def test_two_fsdp2_workers_equal_one_process(tiny_model_dir: Path, tmp_path: Pat
     model, _ = load_model(tiny_model_dir)
     config = _config()
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    ref = StepRunner(model, opt, config, pad_id=3, forward=packed_forward()).run(episodes)
+    ref = StepRunner(model, opt, config, pad_id=3, forward=packed_forward(),
+                     grammar=GrammarReplay.for_model(tiny_model_dir)).run(episodes)
     ref_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
 
     out = tmp_path / "rank0.pt"

@@ -62,7 +62,8 @@ def test_calls_stored_before_spans_read_as_one_span(tmp_path: Path) -> None:
 
     conn = sqlite3.connect(tmp_path / "old.db")
     prepare(conn)
-    conn.execute("ALTER TABLE calls DROP COLUMN version_spans")  # as an older server wrote it
+    conn.execute("ALTER TABLE calls DROP COLUMN grammar")  # as an older server wrote it
+    conn.execute("ALTER TABLE calls DROP COLUMN version_spans")
     conn.execute("INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                  ("c1", "e1", 0, "tiny", b"", bytes(8), bytes(8), 5, "stop", 1.0, "", "",
                   "", None, 0.0, "", 0, ""))
@@ -70,3 +71,4 @@ def test_calls_stored_before_spans_read_as_one_span(tmp_path: Path) -> None:
     prepare(conn)  # idempotent
     call = call_from_row(conn.execute(f"SELECT {CALL_COLUMNS} FROM calls").fetchone())
     assert call.version_spans == [] and call.spans() == [(5, 0, 2)]
+    assert call.grammar == ""  # from before grammars were kept: trained as context

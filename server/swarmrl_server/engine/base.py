@@ -95,6 +95,9 @@ class GenerationOutput:
     """(policy version, start, end): completion tokens [start, end) came from that
     version's weights, in order, covering every token. Empty: one span, `policy_version`
     over every token (engines that never resume a call)."""
+    grammar: str = ""
+    """The grammar the completion was decoded under (`engine.grammar.GrammarSpec` as JSON,
+    what the trainer replays the mask from); "" for an unconstrained call."""
 
     def spans(self) -> list[tuple[int, int, int]]:
         """`version_spans`, or the one span `policy_version` when there are none."""

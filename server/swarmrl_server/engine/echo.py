@@ -51,7 +51,7 @@ from swarmrl_server.engine.base import (
     SamplingParams,
     Spans,
 )
-from swarmrl_server.engine.grammar import GrammarCompiler
+from swarmrl_server.engine.grammar import GrammarCompiler, grammar_json
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, unavailable
 from swarmrl_server.limits import check_prompt_ids, check_sampling
@@ -239,4 +239,5 @@ class EchoEngine(Engine):
             policy_version=version,
             top_logprobs=tops,
             version_spans=spans.spans(len(ids)),
+            grammar=grammar_json(params.structural_tag, self.eos_token_ids, self.vocab_size),
         )

@@ -9,22 +9,61 @@ end-of-turn tokens).
 How constrained tokens are sampled and recorded (the invariant): at each step the
 logits of tokens the grammar forbids are set to -inf *before* the log-softmax, so
 the token is drawn from the masked, renormalised distribution and the logprob the
-engine reports is that distribution's, the one that produced the token. The
-trainer's forward pass does not apply the mask, so it could not reproduce these
-logprobs: calls decoded under a constraint are marked (`CallRecord.constrained`)
-and their completions are trained as context, outside the loss (see
-`timelines.merge`).
+engine reports is that distribution's, the one that produced the token. Each engine
+records with the call what the trainer needs to rebuild that mask (`GrammarSpec`:
+the structural tag, the grammar's stop tokens and the vocabulary size it was compiled
+for), and nothing per token: a matcher replayed along the recorded completion ids
+gives the allowed set at every position again (`timelines.grammar`), and the
+trainer's forward pass masks its logits with it, so it recomputes the very
+distribution each token was drawn from (`CallRecord.grammar`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from swarmrl_server.errors import invalid
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A constrained call's grammar, as an engine compiled it: enough to rebuild the
+    matcher and replay the mask along the call's completion (`timelines.grammar`)."""
+
+    structural_tag: str
+    """The xgrammar structural tag (JSON) exactly as the engine was given it."""
+    stop_token_ids: tuple[int, ...]
+    """The tokens the grammar lets end the completion once it is complete (the engine's
+    end-of-turn tokens; vLLM adds the call's own stop token ids)."""
+    vocab_size: int
+    """Rows of the logits the mask covers (ids at or above the tokenizer's are never
+    allowed)."""
+
+    def to_json(self) -> str:
+        return json.dumps({"structural_tag": self.structural_tag,
+                           "stop_token_ids": list(self.stop_token_ids),
+                           "vocab_size": self.vocab_size})
+
+    @classmethod
+    def from_json(cls, text: str) -> GrammarSpec:
+        d = json.loads(text)
+        return cls(str(d["structural_tag"]), tuple(int(t) for t in d["stop_token_ids"]),
+                   int(d["vocab_size"]))
+
+
+def grammar_json(structural_tag: str | None, stop_token_ids: Sequence[int], vocab_size: int
+                 ) -> str:
+    """What a call records of its grammar (`GenerationOutput.grammar`): the spec as JSON,
+    or "" for an unconstrained call (which thus costs nothing)."""
+    if not structural_tag:
+        return ""
+    stops = tuple(dict.fromkeys(int(t) for t in stop_token_ids))
+    return GrammarSpec(structural_tag, stops, vocab_size).to_json()
 
 
 class GrammarCompiler:

@@ -53,7 +53,7 @@ from swarmrl_server.engine.base import (
     SamplingParams,
     SyncTimes,
 )
-from swarmrl_server.engine.grammar import GrammarCompiler
+from swarmrl_server.engine.grammar import GrammarCompiler, grammar_json
 from swarmrl_server.engine.hf_adapters import HFAdapters
 from swarmrl_server.engine.hf_attention import use_gqa_sdpa
 from swarmrl_server.engine.hf_batch import Batch, plain_cache
@@ -288,6 +288,7 @@ class HFEngine(Engine):
             stream=TextStream(self.tokenizer, prompt, tuple(params.stop)),
             generator=generator,
             matcher=matcher,
+            grammar=grammar_json(params.structural_tag, self.eos_token_ids, self.vocab_size),
         )
 
     # ---- scheduler thread -------------------------------------------------------

@@ -47,6 +47,8 @@ class Row:
     """Interrupted by a sync and queued again: its next wave prefills prompt + tokens."""
     matcher: Any = None
     """xgrammar matcher when the call is constrained (see engine.grammar)."""
+    grammar: str = ""
+    """The matcher's `GrammarSpec` as JSON, recorded with the output ("" unconstrained)."""
     cancelled: bool = False
     """Set on the event loop when the caller closes the iterator; the scheduler drops the row."""
     completion_ids: list[int] = field(default_factory=list)
@@ -77,6 +79,7 @@ class Row:
                 policy_version=spans[-1][0] if spans else policy_version,
                 top_logprobs=self.top_logprobs,
                 version_spans=spans,
+                grammar=self.grammar,
             )
         )
 

@@ -88,6 +88,7 @@ from swarmrl_server.engine.base import (
     SamplingParams,
     SyncTimes,
 )
+from swarmrl_server.engine.grammar import grammar_json
 from swarmrl_server.engine.text import end_of_turn_ids
 from swarmrl_server.engine.vllm_calls import END, CallState, InFlight, start_reader
 from swarmrl_server.engine.vllm_server import (
@@ -277,6 +278,10 @@ class VLLMEngine(Engine):
         stop_ids = frozenset([*params.stop_token_ids, *self.eos_token_ids])
         state = CallState(self.tokenizer, prompt, params, stop_ids,
                           min(params.max_tokens, self.max_model_len - len(prompt)))
+        # vLLM's grammar ends on the request's stop token ids and the model's eos
+        # (`SamplingParams.all_stop_token_ids`): the ids sent in `_request_body`.
+        state.grammar = grammar_json(params.structural_tag,
+                                     [*params.stop_token_ids, *self.eos_token_ids], self.vocab_size)
         finish: FinishReason | None = None
         version = self._policy_version
         while finish is None:

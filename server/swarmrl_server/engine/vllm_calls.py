@@ -21,8 +21,7 @@ What a resumed request cannot hand to vLLM, this module does itself:
   - grammars: vLLM starts a request's grammar matcher from the start and takes no
     matcher state, so a constrained call (structural_tag) is never interrupted: it
     finishes on the weights it started with, and a full-weight sync waits for it
-    (constrained calls are forced tool calls and response formats: short, and trained
-    as context only).
+    (constrained calls are forced tool calls and response formats: short).
 """
 
 from __future__ import annotations
@@ -113,6 +112,8 @@ class CallState:
     stream: TextStream | None = None
     """Our own detokenizer, from the first resume on (module docstring)."""
     resumes: int = 0
+    grammar: str = ""
+    """The call's `GrammarSpec` as JSON, recorded with its output ("" unconstrained)."""
 
     def take(self, chunk: GenerationChunk) -> tuple[GenerationChunk, FinishReason | None]:
         """Adds a chunk vLLM streamed; returns what the caller gets and whether a stop
@@ -183,7 +184,7 @@ class CallState:
             prompt_ids=self.prompt, completion_ids=self.ids, logprobs=self.logprobs,
             text=self.text, finish_reason=finish,
             policy_version=spans[-1][0] if spans else version, top_logprobs=self.tops,
-            version_spans=spans,
+            version_spans=spans, grammar=self.grammar,
         )
 
 

@@ -72,7 +72,7 @@ def call_record(
         temperature=request.params.temperature, text=output.text, request_id=request_id,
         parent_call_id=extended_parent(output.prompt_ids, calls_of_model),
         created_at=time.time(), chat_json=chat_json, top_logprobs=output.top_logprobs,
-        constrained=request.params.structural_tag is not None,
+        constrained=request.params.structural_tag is not None, grammar=output.grammar,
         version_spans=spans if len(spans) > 1 else [],
     )
     if request.chat is not None:  # kept in memory for the next turn (see render.py)

@@ -63,9 +63,13 @@ class CallRecord:
     episode's latest call: the next turn's bridge starts from it instead of a re-render)."""
     constrained: bool = False
     """Decoded under a grammar (forced tool call, JSON response format): `logprobs` are
-    those of the grammar-masked, renormalised distribution that produced the tokens,
-    which the trainer's unmasked forward pass cannot reproduce, so the completion is
-    trained as context (loss mask 0), never as the policy's own choice."""
+    those of the grammar-masked, renormalised distribution that produced the tokens."""
+    grammar: str = ""
+    """That grammar, as the engine compiled it (`engine.grammar.GrammarSpec` as JSON): the
+    trainer replays it along `completion_ids` to mask its own logits the same way, so it
+    recomputes `logprobs` exactly and trains the call (`timelines.grammar`). "" on an
+    unconstrained call, and on a constrained one recorded before grammars were kept, which
+    can only be trained as context (loss mask 0)."""
     version_spans: list[tuple[int, int, int]] = field(default_factory=list)
     """(policy version, start, end): completion tokens [start, end) came from that
     version's weights. Empty: one span, `policy_version` over every token (see `spans`)."""

@@ -37,11 +37,11 @@ def _blob_to_floats(blob: bytes) -> list[float]:
 CALL_COLUMNS = (
     "call_id, episode_id, seq, model, prompt_ids, completion_ids, logprobs, policy_version, "
     "finish_reason, temperature, text, request_id, parent_call_id, reward, created_at, "
-    "chat_json, constrained, top_logprobs, version_spans"
+    "chat_json, constrained, top_logprobs, version_spans, grammar"
 )
 """The `calls` columns in the order `call_row` writes and `call_from_row` reads them, named
 because a migrated table's physical order is the order its columns were added in."""
-INSERT_CALL = f"INSERT INTO calls ({CALL_COLUMNS}) VALUES ({', '.join('?' * 19)})"
+INSERT_CALL = f"INSERT INTO calls ({CALL_COLUMNS}) VALUES ({', '.join('?' * 20)})"
 
 
 def call_row(call: CallRecord) -> tuple[Any, ...]:
@@ -53,7 +53,7 @@ def call_row(call: CallRecord) -> tuple[Any, ...]:
         call.temperature, call.text, call.request_id, call.parent_call_id,
         call.reward, call.created_at, call.chat_json, int(call.constrained),
         json.dumps(call.top_logprobs) if call.top_logprobs else "",
-        json.dumps(call.spans()),
+        json.dumps(call.spans()), call.grammar,
     )
 
 
@@ -70,6 +70,7 @@ def call_from_row(r: tuple[Any, ...]) -> CallRecord:
         top_logprobs=[[(int(t), float(lp)) for t, lp in alts]
                       for alts in json.loads(r[17])] if r[17] else [],
         version_spans=[(int(v), int(a), int(b)) for v, a, b in json.loads(r[18])] if r[18] else [],
+        grammar=r[19],
     )
 
 

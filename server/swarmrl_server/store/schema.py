@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS calls (
     constrained INTEGER NOT NULL DEFAULT 0,
     top_logprobs TEXT NOT NULL DEFAULT '',
     version_spans TEXT NOT NULL DEFAULT '',
+    grammar TEXT NOT NULL DEFAULT '',
     UNIQUE (episode_id, seq)
 );
 CREATE INDEX IF NOT EXISTS calls_request ON calls(episode_id, request_id);
@@ -105,7 +106,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
     """Brings a data dir written by an older server up to date (idempotent): owners on
     sessions and episodes (stores without them had one anonymous owner, ""),
     StartEpisode request ids unique per owner rather than server-wide, and the
-    calls' `constrained` flag, `top_logprobs` and `version_spans`."""
+    calls' `constrained` flag, `top_logprobs`, `version_spans` and `grammar`."""
     for table in ("sessions", "episodes"):
         columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         if "owner" not in columns:
@@ -117,6 +118,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE calls ADD COLUMN top_logprobs TEXT NOT NULL DEFAULT ''")
     if "version_spans" not in calls:  # from before spans: '' reads as one span
         conn.execute("ALTER TABLE calls ADD COLUMN version_spans TEXT NOT NULL DEFAULT ''")
+    if "grammar" not in calls:  # from before grammars were kept: '' trains as context
+        conn.execute("ALTER TABLE calls ADD COLUMN grammar TEXT NOT NULL DEFAULT ''")
     conn.execute("DROP INDEX IF EXISTS episodes_start_request")
     conn.execute(
         "CREATE UNIQUE INDEX IF NOT EXISTS episodes_owner_start_request "

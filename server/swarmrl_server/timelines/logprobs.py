@@ -18,6 +18,13 @@ log-softmax and entropy, with what the backward saves of them, were a fifth of a
 LoRA step's time and peak memory on SmolLM2 (benchmarks/trainer_forward.py: 0.78x
 time, 0.80x peak RSS). The body still runs over every token: the context is what the
 trained tokens attend to.
+
+`masks` (one `timelines.grammar.RowMask` or None per timeline): at the outputs of a
+constrained call's tokens, the logits its grammar forbade are masked after the
+temperature and before the log-softmax, as the engine masked them, so logprob and
+entropy are those of the distribution the token was drawn from. Masks never change
+which positions are computed, and a shared segment's outputs are computed once per
+timeline that masks them (`_assemble`).
 """
 
 from __future__ import annotations
@@ -31,17 +38,27 @@ import torch.nn.functional as F
 
 from swarmrl_server.timelines import attention
 from swarmrl_server.timelines.flops import ModelShape
+from swarmrl_server.timelines.grammar import RowMask, mask_rows
 from swarmrl_server.timelines.merge import Timeline
 from swarmrl_server.timelines.pack import KINDS, PackPlan, PackUnit, plan_packing
 
 Outputs = tuple[list[torch.Tensor], list[torch.Tensor]]
+Masks = Sequence[RowMask | None] | None
+"""Per timeline, its grammar masks (None: no constrained span), or None for none at all."""
+Allowed = tuple[torch.Tensor, torch.Tensor]
+"""(index_M into the flattened B x T outputs, bitmask_M_W): grammar rows to apply."""
 
 
 def token_logprobs(
-    logits_B_T_V: torch.Tensor, targets_B_T: torch.Tensor, temperatures_B_T: torch.Tensor
+    logits_B_T_V: torch.Tensor, targets_B_T: torch.Tensor, temperatures_B_T: torch.Tensor,
+    allowed: Allowed | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """log p(target) under softmax(logits / T), and the entropy of that distribution."""
+    """log p(target) under softmax(logits / T), and the entropy of that distribution
+    (`allowed`: at those outputs, the softmax over the grammar's allowed tokens only)."""
     scaled_B_T_V = logits_B_T_V.float() / temperatures_B_T.unsqueeze(-1)
+    if allowed is not None:
+        B, T, V = scaled_B_T_V.shape
+        scaled_B_T_V = mask_rows(scaled_B_T_V.reshape(B * T, V), *allowed).view(B, T, V)
     logp_B_T_V = F.log_softmax(scaled_B_T_V, dim=-1)
     logprobs_B_T = logp_B_T_V.gather(-1, targets_B_T.unsqueeze(-1)).squeeze(-1)
     entropy_B_T = -(logp_B_T_V.exp() * logp_B_T_V).sum(-1)
@@ -66,6 +83,7 @@ def forward_timelines(
     *,
     max_batch_tokens: int = 16384,
     trained_only: bool = False,
+    masks: Masks = None,
 ) -> Outputs:
     """Logprob and entropy of every token after the first (`trained_only`: of every
     trained token, NaN elsewhere), for each timeline.
@@ -93,7 +111,7 @@ def forward_timelines(
             or 5 * len(timelines[i]) < 4 * longest  # would pad more than 20 %
         ):
             lp_B, ent_B = _forward_rows(model, [timelines[j] for j in batch], pad_id,
-                                        trained_only)
+                                        trained_only, [masks[j] for j in batch] if masks else None)
             for j, lp, ent in zip(batch, lp_B, ent_B):
                 logprobs[j], entropy[j] = lp, ent
             batch = []
@@ -102,8 +120,23 @@ def forward_timelines(
     return [x for x in logprobs if x is not None], [x for x in entropy if x is not None]
 
 
+def _allowed(masks: Masks, positions: Sequence[int]) -> Allowed | None:
+    """The grammar rows at `positions` (the same outputs of every row), flattened."""
+    index: list[int] = []
+    blocks: list[torch.Tensor] = []
+    for i, m in enumerate(masks or []):
+        if m is not None:
+            ks, rs = m.at(positions)
+            index.extend(i * len(positions) + k for k in ks)
+            blocks.append(m.bitmask_M_W[rs])
+    if not index:
+        return None
+    return torch.tensor(index, dtype=torch.long), torch.cat(blocks)
+
+
 def _forward_rows(
-    model: torch.nn.Module, rows: Sequence[Timeline], pad_id: int, trained_only: bool
+    model: torch.nn.Module, rows: Sequence[Timeline], pad_id: int, trained_only: bool,
+    masks: Masks = None,
 ) -> Outputs:
     B, T = len(rows), max(len(t) for t in rows)
     ids_B_T = torch.full((B, T), pad_id, dtype=torch.long)
@@ -119,14 +152,16 @@ def _forward_rows(
         keep_K = torch.tensor(keep)
         logits_B_K_V = model(input_ids=ids_B_T, logits_to_keep=keep_K).logits
         lp_B_K, ent_B_K = token_logprobs(
-            logits_B_K_V, ids_B_T[:, keep_K + 1], temps_B_T[:, keep_K + 1])
+            logits_B_K_V, ids_B_T[:, keep_K + 1], temps_B_T[:, keep_K + 1],
+            _allowed(masks, keep))
         nan_B_T = torch.full((B, T - 1), math.nan)
         logprobs_B_T = nan_B_T.index_copy(1, keep_K, lp_B_K)
         entropy_B_T = nan_B_T.index_copy(1, keep_K, ent_B_K)
     else:
         logits_B_T_V = model(input_ids=ids_B_T).logits
         logprobs_B_T, entropy_B_T = token_logprobs(
-            logits_B_T_V[:, :-1], ids_B_T[:, 1:], temps_B_T[:, 1:]
+            logits_B_T_V[:, :-1], ids_B_T[:, 1:], temps_B_T[:, 1:],
+            _allowed(masks, range(T - 1)),
         )
     return (
         [logprobs_B_T[i, : len(t) - 1] for i, t in enumerate(rows)],
@@ -158,25 +193,29 @@ def forward_tree(
     *,
     group_key: Callable[[Timeline], Hashable] | None = None,
     trained_only: bool = False,
+    masks: Masks = None,
 ) -> Outputs:
     """`forward_timelines` with shared prefixes computed once (plans, then runs the plan)."""
     plan = plan_packing(
         timelines, ModelShape.from_model(model), group_key=group_key, kinds=packing_kinds(model)
     )
-    return forward_packed(model, plan, pad_id, trained_only=trained_only)
+    return forward_packed(model, plan, pad_id, trained_only=trained_only, masks=masks)
 
 
 def forward_packed(
-    model: torch.nn.Module, plan: PackPlan, pad_id: int = 0, *, trained_only: bool = False
+    model: torch.nn.Module, plan: PackPlan, pad_id: int = 0, *, trained_only: bool = False,
+    masks: Masks = None,
 ) -> Outputs:
-    """Runs a `PackPlan`; returns what `forward_timelines(model, plan.timelines)` returns."""
+    """Runs a `PackPlan`; returns what `forward_timelines(model, plan.timelines)` returns
+    (`masks` aligned with `plan.timelines`)."""
     n = len(plan.timelines)
     logprobs: list[torch.Tensor | None] = [None] * n
     entropy: list[torch.Tensor | None] = [None] * n
     row_ids = [i for u in plan.units if u.kind == "rows" for i in u.timelines]
     if row_ids:
         lps, ents = forward_timelines(model, [plan.timelines[i] for i in row_ids], pad_id,
-                                      trained_only=trained_only)
+                                      trained_only=trained_only,
+                                      masks=[masks[i] for i in row_ids] if masks else None)
         for i, lp, ent in zip(row_ids, lps, ents):
             logprobs[i], entropy[i] = lp, ent
     trees = [u for u in plan.units if u.kind == "tree"]
@@ -186,12 +225,12 @@ def forward_packed(
             for unit in trees:
                 kept = _kept_positions(unit, plan.timelines, trained_only)
                 _assemble(unit, _run_tree(model, unit, kept, trained_only), kept,
-                          plan.timelines, logprobs, entropy)
+                          plan.timelines, logprobs, entropy, masks)
     for unit in plan.units:
         if unit.kind == "dense":
             kept = _kept_positions(unit, plan.timelines, trained_only)
             _assemble(unit, _run_dense(model, unit, kept, trained_only), kept,
-                      plan.timelines, logprobs, entropy)
+                      plan.timelines, logprobs, entropy, masks)
     missing = [i for i in range(n) if logprobs[i] is None]
     if missing:
         raise ValueError(f"plan leaves timelines {missing[:5]} without outputs")
@@ -282,15 +321,18 @@ def _assemble(
     timelines: Sequence[Timeline],
     logprobs: list[torch.Tensor | None],
     entropy: list[torch.Tensor | None],
+    masks: Masks = None,
 ) -> None:
     """Each timeline's outputs from its segments' logits (rows at the `kept` positions;
     outputs elsewhere are NaN). Inside a segment every timeline predicts the same next
     token, so log-softmax runs once per distinct temperature pattern; a segment's last
     position predicts the first token of the timeline's next segment, which differs
-    between branches."""
+    between branches. A timeline that masks some of a segment's outputs computes them on
+    its own (the same tokens may be another timeline's unmasked context)."""
     done: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = {}
     for ti, path in zip(unit.timelines, unit.paths):
         t = timelines[ti]
+        mask = masks[ti] if masks else None
         lps: list[torch.Tensor] = []
         ents: list[torch.Tensor] = []
         for k, s in enumerate(path):
@@ -298,13 +340,16 @@ def _assemble(
             g, N = seg.start, len(seg)
             if N > 1:
                 temps = tuple(t.temperatures[g + 1: g + N])
-                key: Hashable = (s, temps)
+                inner = [i for i in positions if i < N - 1]
+                allowed = _allowed([mask], [g + i for i in inner]) if mask else None
+                key: Hashable = (s, temps, ti if allowed else None)
                 if key not in done:
                     # `positions` ascend: those inside the segment are the first rows.
-                    at_I = torch.tensor([i for i in positions if i < N - 1], dtype=torch.long)
+                    at_I = torch.tensor(inner, dtype=torch.long)
                     lp_1_I, ent_1_I = token_logprobs(
                         logits_K_V[None, : at_I.shape[0]],
                         torch.tensor([seg.token_ids[1:]])[:, at_I], _temps(temps)[None][:, at_I],
+                        allowed,
                     )
                     nan_N = torch.full((N - 1,), math.nan)
                     done[key] = (nan_N.index_copy(0, at_I, lp_1_I[0]),
@@ -313,11 +358,13 @@ def _assemble(
                 ents.append(done[key][1])
             if k + 1 < len(path):
                 nxt, temp = t.token_ids[g + N], t.temperatures[g + N]
-                key = (s, nxt, temp)
+                allowed = _allowed([mask], [g + N - 1]) if mask else None
+                key = (s, nxt, temp, ti if allowed else None)
                 if key not in done:
                     if positions[-1] == N - 1:
                         lp_1_1, ent_1_1 = token_logprobs(
-                            logits_K_V[None, -1:], torch.tensor([[nxt]]), _temps([temp])[None])
+                            logits_K_V[None, -1:], torch.tensor([[nxt]]), _temps([temp])[None],
+                            allowed)
                         done[key] = (lp_1_1[0], ent_1_1[0])
                     else:  # no timeline here trains its next segment's first token
                         done[key] = (torch.full((1,), math.nan), torch.full((1,), math.nan))

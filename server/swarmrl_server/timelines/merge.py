@@ -10,6 +10,15 @@ a weight sync carries each of its version spans, `CallRecord.spans`). A call tha
 one. Every generated token lands in exactly one timeline; no other token is ever
 trained.
 
+A call decoded under a grammar (`CallRecord.grammar`) is trained under it when the
+merge is given the grammar's `choices` (`timelines.grammar.GrammarReplay`): loss mask 1
+only where the grammar left a choice (a forced token has probability 1 and teaches
+nothing), and the span is listed in `Timeline.grammars`, so the forward pass masks its
+logits there as the engine did. Without `choices` (the `constrained_calls=context`
+option), and for a constrained call recorded without its grammar, the completion joins
+as context, loss mask 0: its logprobs are those of a masked distribution that an
+unmasked forward cannot recompute.
+
 Concurrent calls (parallel sub-agents) need no special case: calls are taken in
 `seq` order, and a call can only extend what existed when it was made, because its
 prompt holds the earlier call's completion. When two calls extend the same state,
@@ -19,10 +28,14 @@ the first extends the timeline and the second forks from it; tree packing
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from swarmrl_server.store.records import CallRecord
+
+Choices = Callable[[str, Sequence[int]], list[bool]]
+"""(grammar JSON, completion ids) -> per token, whether the grammar left a choice there
+(`GrammarReplay.choices`)."""
 
 FORK_RETRY = "retry"
 """The prompt is a prefix of a timeline that already went further (a re-sent call)."""
@@ -43,7 +56,8 @@ class Timeline:
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     """1 where the model generated the token (its stop token included), else 0 (also 0
-    for a constrained call's tokens: see `CallRecord.constrained`)."""
+    for a constrained call's forced tokens, and for all its tokens when it is trained as
+    context: module docstring)."""
     old_logprobs: list[float] = field(default_factory=list)
     """Logprob recorded at generation time (0.0 where loss_mask is 0)."""
     policy_versions: list[int] = field(default_factory=list)
@@ -58,6 +72,9 @@ class Timeline:
     """Per-call reward of each call in `call_ids` (None where the client gave none)."""
     call_ends: list[int] = field(default_factory=list)
     """Position just after each absorbed call's completion (a call boundary)."""
+    grammars: list[tuple[int, int, str]] = field(default_factory=list)
+    """(start, end, grammar JSON): tokens [start, end) are a call's completion decoded under
+    that grammar and trained under its replayed mask (`timelines.grammar`)."""
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -66,7 +83,8 @@ class Timeline:
     def num_generated(self) -> int:
         return sum(self.loss_mask)
 
-    def _append(self, ids: Sequence[int], *, call: CallRecord | None) -> None:
+    def _append(self, ids: Sequence[int], *, call: CallRecord | None,
+                choices: Choices | None = None) -> None:
         self.token_ids.extend(ids)
         n = len(ids)
         if call is None:
@@ -80,27 +98,33 @@ class Timeline:
                 raise ValueError(
                     f"call {call.call_id}: {len(call.logprobs)} logprobs for {n} completion tokens"
                 )
-            if call.constrained:
-                # Sampled from a grammar-masked distribution that the trainer's forward
-                # pass cannot recompute: the tokens stay in the timeline as context only.
+            if call.constrained and (choices is None or not call.grammar):
+                # Sampled from a grammar-masked distribution that this forward pass will
+                # not recompute: the tokens stay in the timeline as context only.
                 self.loss_mask.extend([0] * n)
                 self.old_logprobs.extend([0.0] * n)
                 self.policy_versions.extend([-1] * n)
                 self.temperatures.extend([1.0] * n)
             else:
-                self.loss_mask.extend([1] * n)
-                self.old_logprobs.extend(call.logprobs)
-                self.policy_versions.extend(token_versions(call))
+                trained = choices(call.grammar, ids) if call.grammar and choices else [True] * n
+                versions = token_versions(call)
+                self.loss_mask.extend(int(c) for c in trained)
+                self.old_logprobs.extend(lp if c else 0.0 for lp, c in zip(call.logprobs, trained))
+                self.policy_versions.extend(v if c else -1 for v, c in zip(versions, trained))
                 self.temperatures.extend([call.temperature] * n)
+                if call.grammar and choices:
+                    self.grammars.append((len(self.token_ids) - n, len(self.token_ids),
+                                          call.grammar))
             self.call_index.extend([len(self.call_ids)] * n)
             self.call_ids.append(call.call_id)
             self.call_rewards.append(call.reward)
             self.call_ends.append(len(self.token_ids))
 
-    def extend(self, call: CallRecord) -> None:
-        """Absorbs `call`, whose prompt starts with this timeline's tokens."""
+    def extend(self, call: CallRecord, choices: Choices | None = None) -> None:
+        """Absorbs `call`, whose prompt starts with this timeline's tokens (`choices`:
+        train a constrained call under its grammar, module docstring)."""
         self._append(call.prompt_ids[len(self.token_ids):], call=None)
-        self._append(call.completion_ids, call=call)
+        self._append(call.completion_ids, call=call, choices=choices)
 
 
 def token_versions(call: CallRecord) -> list[int]:
@@ -213,11 +237,15 @@ def _fork_kind(position: int, prompt_len: int, closest: Timeline | None) -> str:
     return FORK_EDIT
 
 
-def merge_calls(calls: Sequence[CallRecord]) -> tuple[list[Timeline], MergeStats]:
+def merge_calls(
+    calls: Sequence[CallRecord], choices: Choices | None = None
+) -> tuple[list[Timeline], MergeStats]:
     """Merges one episode's calls (of one model) into timelines, in call order.
 
     A call extends the longest timeline whose tokens its prompt starts with; failing
     that it starts a new timeline (a fork, recorded with where and why it diverged).
+    `choices`: constrained calls are trained under their grammar (module docstring);
+    None trains them as context.
     """
     ordered = sorted(calls, key=lambda c: c.seq)
     timelines: list[Timeline] = []
@@ -245,7 +273,7 @@ def merge_calls(calls: Sequence[CallRecord]) -> tuple[list[Timeline], MergeStats
                 stats.fork_kinds.append(_fork_kind(closest_at, len(prompt), closest))
             best = Timeline(episode_id=call.episode_id)
             timelines.append(best)
-        best.extend(call)
+        best.extend(call, choices)
     stats.timelines = len(timelines)
     stats.rows = len(timelines)
     stats.tokens_merged = sum(len(t) for t in timelines)

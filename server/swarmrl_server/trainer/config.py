@@ -21,6 +21,7 @@ PARTIAL_GROUPS = ("wait", "train")
 TASK_MIX_SHORT = ("wait", "fill")
 MODES = ("async", "sync")
 WEIGHT_SYNCS = ("wait", "interrupt")
+CONSTRAINED_CALLS = ("mask", "context")
 
 
 class TrainerConfigError(ValueError):
@@ -142,6 +143,11 @@ class TrainerConfig:
     """Seeds torch, numpy and random in the trainer."""
     packing: bool = False
     """Forward shared prefixes once (tree packing, timelines.pack) instead of row by row."""
+    constrained_calls: str = "mask"
+    """How calls decoded under a grammar (forced tool calls, JSON response formats) train:
+    mask (the forward pass replays the grammar's mask, so it recomputes their recorded
+    logprobs exactly, and every token where the grammar left a choice is trained;
+    timelines.grammar) or context (their tokens are context, loss mask 0)."""
     progress: bool = True
     """Show a console progress bar of training steps."""
 
@@ -259,6 +265,7 @@ class TrainerConfig:
                 "batch_rule=varied_groups needs groups of more than one episode (group_size != 1)"
             )
         _choice("task_mix_short", self.task_mix_short, TASK_MIX_SHORT)
+        _choice("constrained_calls", self.constrained_calls, CONSTRAINED_CALLS)
         if self.task_mix:
             if self.batch_rule == "clients":
                 raise TrainerConfigError("task_mix needs a batch rule with a size, not clients")

@@ -50,7 +50,7 @@ import torch.distributed as dist
 from swarmrl_server.trainer import lora
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.device import Placement
-from swarmrl_server.trainer.setup import build_optimizer, build_policy, reference_for
+from swarmrl_server.trainer.setup import build_optimizer, build_policy, grammar_for, reference_for
 from swarmrl_server.trainer.step import EpisodeRows, StepRunner, StepStats, forward_for
 
 SHARDED_DIR = "sharded"
@@ -234,7 +234,8 @@ class TrainerWorker:
             policy.model, self.optimizer, self.config, pad_id=policy.pad_id,
             forward=forward_for(forward == "tree" or (forward == "auto" and self.config.packing)),
             placement=self.placement, dp=FsdpDataParallel(rank, world_size),
-            **reference_for(policy, Path(model_path), self.config, self.placement))
+            **reference_for(policy, Path(model_path), self.config, self.placement),
+            **grammar_for(Path(model_path), self.config))
 
     def step(self, episodes_blob: bytes, advantages_E_L: torch.Tensor) -> StepStats:
         """One training step on the whole batch (pickled EpisodeRows; each takes its share)."""

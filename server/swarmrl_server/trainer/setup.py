@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from swarmrl_server.models import load_model
+from swarmrl_server.timelines.grammar import GrammarReplay
 from swarmrl_server.trainer import lora
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.config import options_per_model as options_per_model
@@ -60,6 +61,14 @@ def reference_for(policy: Policy, path: Path, config: TrainerConfig, placement: 
     if lora.is_lora(policy.model):
         return {"ref_model": policy.model, "ref_context": lora.reference}
     return {"ref_model": build_reference(path, placement)}
+
+
+def grammar_for(path: Path, config: TrainerConfig) -> dict[str, Any]:
+    """The StepRunner argument that replays constrained calls' grammars into forward masks
+    (none when they train as context: their rows then carry no grammar spans)."""
+    if config.constrained_calls != "mask":
+        return {}
+    return {"grammar": GrammarReplay.for_model(path)}
 
 
 def build_reference(path: Path, placement: Placement) -> torch.nn.Module:

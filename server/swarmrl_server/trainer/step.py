@@ -15,6 +15,14 @@ the one-process gradient, whichever worker an episode went to.
 Device (`placement`, see `device.py`): the CPU placement is a no-op, so the CPU path is
 the one it always was.
 
+Constrained calls (`constrained_calls=mask`, see `timelines.grammar`): the controller
+merges with the grammar's `choices`, so forced tokens are outside the loss mask (and thus
+outside `generated_mask`, the advantages and every count) and rows carry their grammar
+spans; each runner replays those spans into masks for its own forward (policy and
+reference alike), so a worker needs only the rows it trains. The masked forward's logprob
+at a trained token is the one the engine drew it with: the importance ratio starts at 1,
+as for any on-policy token.
+
 This module is synchronous torch code; the trainer runs it off the event loop.
 """
 
@@ -30,8 +38,9 @@ from typing import Any, Protocol
 import torch
 
 from swarmrl_server.store.records import EpisodeRecord
+from swarmrl_server.timelines.grammar import GrammarReplay, RowMask
 from swarmrl_server.timelines.logprobs import forward_timelines, forward_tree
-from swarmrl_server.timelines.merge import MergeStats, Timeline, merge_calls
+from swarmrl_server.timelines.merge import Choices, MergeStats, Timeline, merge_calls
 from swarmrl_server.trainer import algorithms
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.device import CPU, Placement
@@ -39,10 +48,12 @@ from swarmrl_server.trainer.device import CPU, Placement
 
 class ForwardFn(Protocol):
     """(model, rows, pad id) -> per-row logprobs and entropies aligned with token_ids[1:];
-    `trained_only`: computed at trained tokens only, NaN elsewhere (timelines.logprobs)."""
+    `trained_only`: computed at trained tokens only, NaN elsewhere; `masks`: per row, the
+    grammar masks of its constrained spans (timelines.logprobs)."""
 
     def __call__(self, model: torch.nn.Module, timelines: Sequence[Timeline], pad_id: int = 0,
-                 *, trained_only: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+                 *, trained_only: bool = False, masks: Sequence[RowMask | None] | None = None,
+                 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         ...
 
 RefContext = Callable[[torch.nn.Module], contextlib.AbstractContextManager[Any]]
@@ -106,11 +117,13 @@ class EpisodeRows:
         )
 
 
-def episode_rows(episode: EpisodeRecord, model: str, uid: str) -> tuple[EpisodeRows, MergeStats]:
+def episode_rows(episode: EpisodeRecord, model: str, uid: str, choices: Choices | None = None
+                 ) -> tuple[EpisodeRows, MergeStats]:
     """Merges the episode's calls to `model` into timelines (other models' calls are theirs),
-    with `model`'s reward (its own, else the episode's)."""
+    with `model`'s reward (its own, else the episode's). `choices`: constrained calls train
+    under their grammar (`GrammarReplay.choices`); None: as context."""
     calls = [c for c in episode.calls if c.model == model]
-    rows, stats = merge_calls(calls)
+    rows, stats = merge_calls(calls, choices)
     own = episode.reward_for(model)
     reward = float(own) if own is not None else math.nan
     return EpisodeRows(episode.episode_id, uid, episode.task_id, reward, rows), stats
@@ -244,6 +257,7 @@ class StepRunner:
         placement: Placement = CPU,
         dp: DataParallel | None = None,
         ref_context: RefContext = _as_is,
+        grammar: GrammarReplay | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -255,6 +269,8 @@ class StepRunner:
         self.placement = placement
         self.dp = dp
         self.actor_cfg = algorithms.actor_config(config)
+        self.grammar = grammar
+        """Replays the grammar spans of rows (`Timeline.grammars`) into forward masks."""
 
     def advantages(self, episodes: Sequence[EpisodeRows]) -> torch.Tensor:
         return batch_advantages(episodes, self.config)
@@ -358,8 +374,10 @@ class StepRunner:
         L: int,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         rows = [r for e in episodes for r in e.rows]
+        masks = self._masks(rows)
         # Logits at the trained tokens only: `gather` reads nothing else.
-        logprobs_R, entropy_R = self.forward(self.model, rows, self.pad_id, trained_only=True)
+        logprobs_R, entropy_R = self.forward(self.model, rows, self.pad_id, trained_only=True,
+                                             masks=masks)
         logprobs_E_L = gather(episodes, logprobs_R, L)
         old_logprobs_E_L = torch.stack([
             torch.nn.functional.pad(e.old_logprobs_L(), (0, L - e.num_generated)) for e in episodes
@@ -376,10 +394,19 @@ class StepRunner:
         metrics["_entropy_sum"] = float((entropy_E_L.detach() * mask_E_L).sum())
         if self.ref_model is not None and self.config.kl_coef > 0:
             with torch.no_grad(), self.ref_context(self.ref_model):
-                ref_R, _ = self.forward(self.ref_model, rows, self.pad_id, trained_only=True)
+                ref_R, _ = self.forward(self.ref_model, rows, self.pad_id, trained_only=True,
+                                        masks=masks)
             ref_logprobs_E_L = gather(episodes, ref_R, L)
             kl_E_L = algorithms.kl_penalty(logprobs_E_L, ref_logprobs_E_L, self.config.kl_penalty)
             kl_loss = algorithms.agg_loss(self.actor_cfg, kl_E_L, mask_E_L)
             loss = loss + self.config.kl_coef * kl_loss
             metrics["_kl_sum"] = float((kl_E_L.detach() * mask_E_L).sum())
         return loss, pg_loss.detach(), metrics
+
+    def _masks(self, rows: Sequence[Timeline]) -> list[RowMask | None] | None:
+        """The rows' grammar masks (None when no row has a constrained span)."""
+        if not any(r.grammars for r in rows):
+            return None
+        if self.grammar is None:
+            raise ValueError("rows carry grammar spans but this runner has no GrammarReplay")
+        return self.grammar.row_masks(rows)

@@ -30,6 +30,7 @@ import structlog
 from swarmrl_server.errors import Reason, precondition
 from swarmrl_server.observe import metrics
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
+from swarmrl_server.timelines.grammar import GrammarReplay
 from swarmrl_server.timelines.merge import MergeStats
 from swarmrl_server.timelines.pack import plan_packing
 from swarmrl_server.trainer import breakdown, checkpoint
@@ -85,6 +86,10 @@ class Trainer:
         self.group: WorkerGroup | None = None
         """Whoever holds the weights and runs the steps (started by `start_group`)."""
         self.writer: metrics.MetricsWriter | None = None
+        self.grammar = (GrammarReplay.for_model(port.weights_dir)
+                        if config.constrained_calls == "mask" else None)
+        """Replays constrained calls' grammars, so that their forced tokens leave the loss
+        (`timelines.grammar`); None trains those calls as context."""
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -318,7 +323,8 @@ class Trainer:
         for group in plan.groups:
             members: list[tuple[EpisodeRows, int, MergeStats]] = []
             for record in group.episodes:
-                rows, stats = episode_rows(record, self.name, group.uid)
+                rows, stats = episode_rows(record, self.name, group.uid,
+                                           self.grammar.choices if self.grammar else None)
                 if rows.num_generated == 0:
                     dropped.setdefault("no_tokens", []).append(record)
                     continue

@@ -26,7 +26,12 @@ from swarmrl_server.timelines.flops import ModelShape
 from swarmrl_server.trainer import checkpoint, lora
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.device import Placement
-from swarmrl_server.trainer.setup import build_optimizer, build_policy, reference_for
+from swarmrl_server.trainer.setup import (
+    build_optimizer,
+    build_policy,
+    grammar_for,
+    reference_for,
+)
 from swarmrl_server.trainer.step import EpisodeRows, StepRunner, StepStats, forward_for
 
 
@@ -69,7 +74,7 @@ class LocalGroup:
         self.runner = StepRunner(
             policy.model, self.optimizer, config, pad_id=policy.pad_id,
             forward=forward_for(config.packing), placement=placement,
-            **reference_for(policy, path, config, placement))
+            **reference_for(policy, path, config, placement), **grammar_for(path, config))
         self.shape = ModelShape.from_model(policy.model)
 
     def step(self, episodes: Sequence[EpisodeRows], advantages_E_L: torch.Tensor) -> StepStats:

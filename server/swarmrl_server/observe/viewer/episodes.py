@@ -100,7 +100,7 @@ class CallView:
     """Index of the timeline (of the whole episode) that absorbed it."""
     mean_logprob: float
     constrained: bool = False
-    """Decoded under a grammar: its completion trains as context (see merge.py)."""
+    """Decoded under a grammar: trained under its replayed mask, or as context (merge.py)."""
     version_spans: list[tuple[int, int, int]] = field(default_factory=list)
     """(policy version, start, end) over the completion tokens (`CallRecord.spans`)."""
 
