@@ -1,7 +1,7 @@
 """Every command and option of `swarmrl`, from the argparse parsers themselves.
 
-The SDK's commands are `swarmrl._cli` (status), `swarmrl._run` (run) and `swarmrl._top`
-(top); the server's are the `swarmrl.commands` entry points in pyproject.toml, each a
+The SDK's commands are `swarmrl._cli` (status), `swarmrl._run` (run), `swarmrl.envs._cli`
+(train, eval) and `swarmrl._top` (top); the server's are the `swarmrl.commands` entry points in pyproject.toml, each a
 module whose `build_parser()` is the parser its `main` parses with.
 """
 
@@ -26,12 +26,15 @@ def server_commands() -> dict[str, str]:
 def parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
     """(command, parser) for `swarmrl` and each of its commands, subcommands included."""
     from swarmrl import _cli, _run, _top
+    from swarmrl.envs import _cli as envs_cli
 
     top = _cli._parser()
     yield "swarmrl", top
     found: dict[str, argparse.ArgumentParser] = {
         "run": _run.build_parser(),
         "top": _top.build_parser(),
+        "train": envs_cli._parser("train"),
+        "eval": envs_cli._parser("eval"),
     }
     for name, choice in _subparsers(top):
         if choice._actions[1:]:  # status has options of its own; the rest are dispatched

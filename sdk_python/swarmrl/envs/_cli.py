@@ -60,8 +60,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                         help="the started server's --model (default: %(default)s)")
     server.add_argument("--engine", help="the started server's --engine (hf, vllm, echo)")
     server.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                        help="another `swarmrl serve` argument (repeatable), "
-                             "e.g. --server-arg=--cache-dir=/tmp/models")
+                        help="another `swarmrl serve` argument (repeatable; join it with "
+                             "'=' when it starts with a dash)")
     play = p.add_argument_group("rollouts")
     play.add_argument("--policy-model", default="",
                       help="the model rollouts call (default: the server's first)")
