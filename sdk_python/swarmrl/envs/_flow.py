@@ -136,7 +136,7 @@ async def train_and_test(runner: Runner, card: dict[str, Any], save: Callable[[]
             best = max(candidates, key=lambda e: (headline(e["figures"]), -e["pinned_version"]))
             card["selected"] = {
                 "name": best["name"], "pinned_version": best["pinned_version"],
-                "checkpoint": best["checkpoint"],
+                "checkpoint": best["checkpoint"], "val_figures": best["figures"],
                 "by": "val success rate (else mean reward); ties: the earlier version"}
             if best["pinned_version"] != version:
                 try:

@@ -15,6 +15,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -67,22 +68,46 @@ def _row(r: RunRecord) -> dict[str, str]:
             + (f" ({reasons})" if reasons else "")}
 
 
+def _results_file(study: Study, run_dir: Path) -> Any:
+    if study.results is None:
+        return {}
+    try:
+        return json.loads((run_dir / study.results.file).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _at(data: Any, key: str) -> Any:
+    """The value at a dotted key (list items by index), or None."""
+    for part in key.split("."):
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and part.lstrip("-").isdigit() and -len(data) <= int(
+                part) < len(data):
+            data = data[int(part)]
+        else:
+            return None
+    return data
+
+
 def results(study: Study, run_dir: Path) -> list[str]:
     """The run's `Study.results` columns ("-" for a value its file does not hold yet)."""
     if study.results is None:
         return []
-    try:
-        data = json.loads((run_dir / study.results.file).read_text())
-    except (OSError, ValueError):
-        data = {}
+    data = _results_file(study, run_dir)
     out = []
     for key in study.results.columns.values():
-        value = data
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
+        value = _at(data, key)
         out.append(_num(value) if isinstance(value, (int, float)) else
                    "-" if value is None else str(value))
     return out
+
+
+def ranked_value(study: Study, run_dir: Path) -> float | None:
+    """A run's `Metric.rank_by` figure from its results file (None until written)."""
+    assert study.metric.rank_by is not None
+    value = _at(_results_file(study, run_dir), study.metric.rank_by)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def _runs_table(study: Study, state: StudyState,
@@ -131,9 +156,11 @@ def plot(study: Study, state: StudyState, runs: list[RunRecord], out: Path) -> l
 def markdown(study: Study, state: StudyState, record: StudyRecord, runs: list[RunRecord],
              images: list[Path], out: Path) -> str:
     ranked = rank(study, runs)
+    ranked_by = (f"ranked by `{study.metric.rank_by}` of each run's results file, "
+                 if study.metric.rank_by else "")
     lines = [f"# Study {study.name}", "",
              f"Metric: `{study.metric.name}` ({study.metric.direction}imise; final = mean of "
-             f"the last {study.metric.final_window} step(s)); "
+             f"the last {study.metric.final_window} step(s)); {ranked_by}"
              f"{len(runs)} runs in {len(record.stages)} stage(s); "
              f"{sum(r.finished for r in runs)} finished.", "", "## Ranking", ""]
     lines += _md_table(["rank", "variation", "runs", "final (mean ± std over seeds)"],
@@ -209,6 +236,8 @@ def write_report(study: Study, state: StudyState, *, plots: bool = True) -> Path
         if rows:
             p = watch.progress(rows, study.metric)
             r.step, r.metric, r.best, r.best_step = p.step, p.metric, p.best, p.best_step
+        if study.metric.rank_by is not None:  # ranked by a val figure the client wrote
+            r.metric = ranked_value(study, state.run_dir(r.run_id))
     out = state.workdir / "report"
     out.mkdir(parents=True, exist_ok=True)
     images = plot(study, state, runs, out) if plots else []

@@ -74,6 +74,17 @@ class Metric(_Strict):
     final_window: int = Field(default=1, ge=1)
     """A run's final value: the mean over its last this-many steps that report the metric
     (noisy per-step rewards rank better over a window)."""
+    rank_by: str | None = None
+    """Rank runs by this dotted key of the `results` file instead (a validation figure,
+    e.g. ``selected.val_figures.success_rate`` of a ``swarmrl train`` card); a key under
+    ``test`` is refused: studies choose on val, and test is for the report alone."""
+
+    @model_validator(mode="after")
+    def _never_by_test(self) -> Metric:
+        if self.rank_by is not None and self.rank_by.split(".")[0] == "test":
+            raise ValueError(f"rank_by {self.rank_by!r} reads a test figure: studies rank "
+                             "their runs by val, never by test")
+        return self
 
 
 class Budget(_Strict):
@@ -181,6 +192,8 @@ class Study(_Strict):
         names = [c.name for c in self.clients]
         if len(set(names)) != len(names):
             raise ValueError(f"client names must be unique, got {names}")
+        if self.metric.rank_by is not None and self.results is None:
+            raise ValueError("metric.rank_by reads the results file: add `results`")
         return self
 
 
