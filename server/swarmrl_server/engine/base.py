@@ -146,6 +146,15 @@ class SyncTimes:
     """Calls stopped and resumed by this sync."""
 
 
+def check_resolved(engine: Engine, prompt_ids: Sequence[int], params: SamplingParams) -> list[int]:
+    """The invariants an engine relies on, asserted (not a validation: `episodes.resolve`
+    refused bad input before the call got here); returns the prompt as a list."""
+    prompt = list(prompt_ids)
+    assert 0 < len(prompt) < engine.max_model_len, "unresolved request: the prompt leaves no room"
+    assert params.max_tokens >= 1, "unresolved request: max_tokens < 1"
+    return prompt
+
+
 class Engine(abc.ABC):
     """A model that serves tokens. Implementations: `HFEngine` (transformers, in process),
     `VLLMEngine` (vLLM servers over HTTP), `EchoEngine` (no model: front-door load tests)."""
@@ -158,6 +167,10 @@ class Engine(abc.ABC):
     """Token ids must be in [0, vocab_size)."""
     eos_token_ids: tuple[int, ...]
     """Tokens that end a turn (the chat template's end-of-turn token)."""
+    full_distribution_only: bool = False
+    """Refuses sampling under top_p < 1: its recorded logprobs would be the renormalised
+    nucleus's, which training cannot recompute (a trainable model on vLLM). Applied with
+    the other sampling rules in `episodes.resolve`, before a call reaches the engine."""
     last_sync: SyncTimes | None = None
     """Where the latest weight sync's time went; None before one (or for an engine that
     does not measure it)."""
@@ -180,7 +193,11 @@ class Engine(abc.ABC):
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
         """Streams chunks, then exactly one GenerationOutput. Closing the iterator early
-        cancels the request."""
+        cancels the request.
+
+        The request is a resolved one (`episodes.resolve`: every user-input rule applied
+        there, once); an engine trusts it and only asserts its own invariants
+        (`check_resolved`)."""
 
     @abc.abstractmethod
     async def update_weights(
