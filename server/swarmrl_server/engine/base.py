@@ -76,6 +76,14 @@ class GenerationChunk:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
+def join_chunks(a: GenerationChunk, b: GenerationChunk) -> GenerationChunk:
+    """`a` then `b` as one chunk (a consumer that fell behind gets them together)."""
+    return GenerationChunk(
+        token_ids=a.token_ids + b.token_ids, logprobs=a.logprobs + b.logprobs,
+        text=a.text + b.text, top_logprobs=a.top_logprobs + b.top_logprobs,
+    )
+
+
 @dataclass(frozen=True)
 class GenerationOutput:
     """The whole result of one call; the last item `generate` yields."""

@@ -53,12 +53,13 @@ from swarmrl_server.engine.base import (
     SamplingParams,
     SyncTimes,
     check_resolved,
+    join_chunks,
 )
 from swarmrl_server.engine.grammar import GrammarCompiler
 from swarmrl_server.engine.hf_adapters import HFAdapters
 from swarmrl_server.engine.hf_attention import use_gqa_sdpa
 from swarmrl_server.engine.hf_batch import Batch, plain_cache
-from swarmrl_server.engine.hf_rows import Row, emit, join_chunks, sample_step
+from swarmrl_server.engine.hf_rows import Row, emit, sample_step
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, internal, invalid, unavailable
 
