@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -49,12 +48,6 @@ TRAIN_OPTIONS = {
     "checkpoint_every": "0",
     "progress": "false",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def warm_start(args: argparse.Namespace, out: Path) -> Path:
@@ -217,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     for d in (data_dir, client_dir):
         shutil.rmtree(d, ignore_errors=True)
     client_dir.mkdir(parents=True)
-    port = _free_port()
+    from swarmrl_server.net import free_port
+
+    port = free_port()
     print(f"[demo] starting the server (train: GRPO + PPO-clip, async) on 127.0.0.1:{port}",
           flush=True)
     server = start_server(args, model_dir, data_dir, port, out / "server.log")

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from examples.demo import _free_port, fifths, read_jsonl
+from examples.demo import fifths, read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 PROPOSER = REPO / "examples" / "proposer_solver" / "proposer.py"
@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     for d in (data_dir, spool, logs):
         shutil.rmtree(d, ignore_errors=True)
     logs.mkdir(parents=True)
-    port, http_port = _free_port(), _free_port()
+    from swarmrl_server.net import free_port
+
+    port, http_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "swarmrl_server.cli", "--port", str(port),
            "--http-port", str(http_port), "--data-dir", str(data_dir), "--train",
            "--max-batch-size", "64", "--log-level", "warning"]

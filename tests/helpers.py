@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from swarmrl_server.net import free_port as free_port  # the tests' is the server's
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -59,12 +60,6 @@ def need(ok: bool, what: str) -> None:
     if os.environ.get("SWARMRL_REQUIRE_STUB_TOOLCHAINS") == "1":
         pytest.fail(message)
     pytest.skip(message)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerProcess:

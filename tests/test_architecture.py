@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("config",),
     ("engine",),  # the engine registry and engines (hf, vllm, echo)
     ("models", "store", "limits", "security", "observe.telemetry"),
-    ("errors", "logs"),
+    ("errors", "logs", "net"),
 ]
 """The server's packages and modules, highest first: each may import only from its own
 layer or the ones below it (along the data flow: commands, app, doors, swarm, episodes,

@@ -18,7 +18,9 @@ import torch
 
 from swarmrl_server.engine.base import Engine, GenerationChunk, GenerationOutput, SamplingParams
 from swarmrl_server.engine.echo import EchoEngine
+from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest, resolve
 from swarmrl_server.errors import SwarmError
+from swarmrl_server.hosting import ModelHost
 from swarmrl_server.models import load_model
 from tests.engine_fixtures import MAX_LEN, make_engine
 
@@ -145,34 +147,37 @@ async def test_max_tokens_stops_at_the_context_limit(engine: Engine, prompt: lis
         assert out.finish_reason == "stop"
     else:
         assert out.finish_reason in ("length", "stop")
-    with pytest.raises(SwarmError) as err:
-        await collect(engine, (prompt * MAX_LEN)[:MAX_LEN], SamplingParams(max_tokens=1))
-    assert err.value.field == "prompt_ids"
+    with pytest.raises(SwarmError) as err:  # refused before it reaches the engine
+        resolve(ModelHost("m", engine, "test"), GenerationPolicy(), SamplingRequest(max_tokens=1),
+                token_ids=(prompt * MAX_LEN)[:MAX_LEN])
+    assert err.value.field == "input"
 
 
 @pytest.mark.parametrize(
     ("bad", "field"),
     [
-        ("prompt", "prompt_ids"),
-        ("stop_id", "params.stop_token_ids[0]"),
-        ("top_p", "params.top_p"),
-        ("temperature", "params.temperature"),
+        ("prompt", "input.token_ids[3]"),
+        ("stop_id", "sampling.stop_token_ids[0]"),
+        ("top_p", "sampling.top_p"),
+        ("temperature", "sampling.temperature"),
     ],
 )
 async def test_bad_input_is_refused_naming_the_field(
     engine: Engine, prompt: list[int], bad: str, field: str
 ) -> None:
-    params, ids = SamplingParams(max_tokens=2), prompt
+    """User input is checked once, by `resolve`, against the engine's vocabulary and
+    context; the engine receives only resolved requests (and keeps serving)."""
+    sampling, ids = SamplingRequest(max_tokens=2), prompt
     if bad == "prompt":
         ids = [*prompt[:3], engine.vocab_size]  # out of vocabulary
     elif bad == "stop_id":
-        params = SamplingParams(max_tokens=2, stop_token_ids=(engine.vocab_size + 5,))
+        sampling = SamplingRequest(max_tokens=2, stop_token_ids=(engine.vocab_size + 5,))
     elif bad == "top_p":
-        params = SamplingParams(top_p=0.0)
+        sampling = SamplingRequest(top_p=0.0)
     else:
-        params = SamplingParams(temperature=float("nan"))
+        sampling = SamplingRequest(temperature=float("nan"))
     with pytest.raises(SwarmError) as err:
-        await collect(engine, ids, params)
+        resolve(ModelHost("m", engine, "test"), GenerationPolicy(), sampling, token_ids=ids)
     assert err.value.field == field
     _, out = await collect(engine, prompt[:5], SamplingParams(temperature=0, max_tokens=2))
     assert out.completion_ids

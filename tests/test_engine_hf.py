@@ -14,7 +14,9 @@ import torch
 from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
 from swarmrl_server.engine.hf import HFEngine
 from swarmrl_server.engine.text import TextStream
+from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest, resolve
 from swarmrl_server.errors import SwarmError
+from swarmrl_server.hosting import ModelHost
 from swarmrl_server.models import load_model
 
 QUESTIONS = [
@@ -200,28 +202,30 @@ async def test_max_tokens_and_context_length(tiny, engine: HFEngine, prompts) ->
     try:
         _, out = await collect(short, prompts[0], SamplingParams(temperature=0, max_tokens=50))
         assert out.finish_reason == "length" and len(out.completion_ids) == 3
-        with pytest.raises(SwarmError, match="max_model_len") as err:
-            await collect(short, prompts[2], SamplingParams())
-        assert err.value.field == "prompt_ids"
+        with pytest.raises(SwarmError, match="max_model_len") as err:  # before the engine
+            resolve(ModelHost("short", short, "test"), GenerationPolicy(), SamplingRequest(),
+                    token_ids=prompts[2])
+        assert err.value.field == "input"
     finally:
         await short.stop()
 
 
 @pytest.mark.parametrize(
-    ("prompt", "params", "field"),
+    ("prompt", "sampling", "field"),
     [
-        ([], SamplingParams(), "prompt_ids"),
-        ([1, 99999], SamplingParams(), "prompt_ids"),
-        ([1, 2], SamplingParams(temperature=-1), "params.temperature"),
-        ([1, 2], SamplingParams(top_p=0), "params.top_p"),
-        ([1, 2], SamplingParams(max_tokens=0), "params.max_tokens"),
-        ([1, 2], SamplingParams(top_logprobs=21), "params.top_logprobs"),
-        ([1, 2], SamplingParams(stop=("",)), "params.stop[0]"),
+        ([], SamplingRequest(), "input.token_ids"),
+        ([1, 99999], SamplingRequest(), "input.token_ids[1]"),
+        ([1, 2], SamplingRequest(temperature=-1), "sampling.temperature"),
+        ([1, 2], SamplingRequest(top_p=0), "sampling.top_p"),
+        ([1, 2], SamplingRequest(max_tokens=0), "sampling.max_tokens"),
+        ([1, 2], SamplingRequest(top_logprobs=21), "sampling.top_logprobs"),
+        ([1, 2], SamplingRequest(stop=("",)), "sampling.stop[0]"),
     ],
 )
-async def test_bad_requests_name_the_field(engine: HFEngine, prompt, params, field) -> None:
+async def test_bad_requests_name_the_field(engine: HFEngine, prompt, sampling, field) -> None:
+    """Refused by `resolve`, the one place user input is checked, before the engine."""
     with pytest.raises(SwarmError) as err:
-        await collect(engine, prompt, params)
+        resolve(ModelHost("m", engine, "test"), GenerationPolicy(), sampling, token_ids=prompt)
     assert err.value.field == field
 
 

@@ -15,6 +15,7 @@ import swarmrl
 from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
 from swarmrl_server.engine.vllm import VLLMEngine
 from swarmrl_server.engine.vllm_server import VLLMServer
+from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest, resolve_sampling
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.security import IN_PROCESS
 from tests.engine_fixtures import MAX_LEN
@@ -148,9 +149,10 @@ async def test_calls_in_flight_finish_on_the_old_version(
             else:
                 pytest.fail("every sync found no call running on the server")
         # Trainable models refuse top_p < 1: vLLM's logprobs would be the nucleus's.
-        with pytest.raises(SwarmError) as err:
-            await run(engine, SamplingParams(temperature=1.0, top_p=0.9))
-        assert err.value.field == "params.top_p"
+        with pytest.raises(SwarmError) as err:  # refused by resolve, before the engine
+            resolve_sampling(SamplingRequest(temperature=1.0, top_p=0.9), GenerationPolicy(),
+                             engine)
+        assert err.value.field == "sampling.top_p"
     finally:
         await engine.stop()
         await restore_weights(vllm_url, tiny_model_dir)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import grpc
+
 from swarmrl._convert import ROLE_NAMES
-from swarmrl._fake_rpc import _invalid
+from swarmrl._fake_rpc import _Abort, _invalid
 from swarmrl_proto.v1 import admin_service_pb2 as apb
 from swarmrl_proto.v1 import episode_service_pb2 as epb
 from swarmrl_proto.v1 import types_pb2
@@ -73,22 +76,52 @@ def model_infos(versions: dict[str, int]) -> list[types_pb2.ModelInfo]:
     ]
 
 
+def model_of(episode_models: Sequence[str], model: str, hosted: Iterable[str]) -> str:
+    """The server's model rule (`EpisodeRegistry.model_of`): "" is the episode's first;
+    a name not hosted or not the episode's is NOT_FOUND (MODEL_NOT_FOUND) naming "model"."""
+    name = model or episode_models[0]
+    if name not in hosted or name not in episode_models:
+        raise _Abort(grpc.StatusCode.NOT_FOUND, "MODEL_NOT_FOUND",
+                     f"model: {name!r} is not one of this episode's models "
+                     f"{list(episode_models)}", field="model", metadata={"model": name})
+    return name
+
+
+def _refuse(field_name: str, rule: str) -> _Abort:
+    return _invalid(field_name, f"{field_name}: {rule}")  # worded as the server's `invalid`
+
+
 def check_sampling(sampling: types_pb2.SamplingParams) -> None:
-    """INVALID_ARGUMENT naming the first sampling field out of its range."""
-    checks = [
-        ("max_tokens", sampling.HasField("max_tokens") and sampling.max_tokens <= 0, "> 0"),
-        ("stop", len(sampling.stop) > MAX_STOP, f"at most {MAX_STOP} stop strings"),
-        ("temperature", sampling.HasField("temperature") and not sampling.temperature >= 0, ">= 0"),
-        ("top_p", sampling.HasField("top_p") and not 0 < sampling.top_p <= 1, "in (0, 1]"),
-        ("top_logprobs", not 0 <= sampling.top_logprobs <= MAX_TOP_LOGPROBS,
-         f"from 0 to {MAX_TOP_LOGPROBS}"),
-    ]
-    for name, bad, rule in checks:
-        if bad:
-            raise _invalid(f"sampling.{name}", f"must be {rule}")
+    """The server's sampling rule (`swarmrl_server.limits.check_sampling`, as
+    `episodes.resolve` applies it): the same checks in the same order, naming the same
+    field with the same message, on the values sent (defaults filled in).
+
+    Why it is restated here: the fake has no server to ask, and the SDK may import
+    nothing of the server (only the contract, whose `RequestLimit` gives both the
+    numbers); `tests/test_sdk_fake_rules.py` holds the two to the same answers."""
+    max_tokens = sampling.max_tokens if sampling.HasField("max_tokens") else 1
+    temperature = sampling.temperature if sampling.HasField("temperature") else 1.0
+    top_p = sampling.top_p if sampling.HasField("top_p") else 1.0
+    if max_tokens < 1:
+        raise _refuse("sampling.max_tokens", f"must be positive; got {max_tokens}")
+    if len(sampling.stop) > MAX_STOP:
+        raise _refuse("sampling.stop", f"at most {MAX_STOP} stop strings; got {len(sampling.stop)}")
     for i, stop in enumerate(sampling.stop):
-        if not stop or len(stop) > MAX_STOP_CHARS:
-            raise _invalid(f"sampling.stop[{i}]", f"must have 1 to {MAX_STOP_CHARS} characters")
+        if len(stop) > MAX_STOP_CHARS:
+            raise _refuse(f"sampling.stop[{i}]", f"at most {MAX_STOP_CHARS} characters")
+    for i, stop in enumerate(sampling.stop):
+        if not stop:
+            raise _refuse(f"sampling.stop[{i}]", "must not be empty")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise _refuse("sampling.temperature", "must be a finite number >= 0")
+    if not (math.isfinite(top_p) and 0 < top_p <= 1):
+        raise _refuse("sampling.top_p", "must be in (0, 1]")
+    if not 0 <= sampling.top_logprobs <= MAX_TOP_LOGPROBS:
+        raise _refuse("sampling.top_logprobs", f"must be between 0 and {MAX_TOP_LOGPROBS}")
+    for i, t in enumerate(sampling.stop_token_ids):
+        if not 0 <= t < VOCAB:
+            raise _refuse(f"sampling.stop_token_ids[{i}]",
+                           f"{t} is outside the vocabulary [0, {VOCAB})")
 
 
 def render(messages: Sequence[types_pb2.ChatMessage]) -> str:

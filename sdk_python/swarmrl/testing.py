@@ -344,9 +344,7 @@ class FakeSwarmServer(
     def _generate(self, request: epb.GenerateRequest) -> epb.GenerateResult:
         """Validates a Generate request, runs the toy model, and records the call."""
         ep = self._episode(request.episode_id, must_be_open=True)
-        model = self._model(request.model or ep.record.models[0])
-        if model not in ep.record.models:
-            raise _invalid("model", f"{model!r} is not one of the episode's models")
+        model = toy.model_of(ep.record.models, request.model, self._versions)
         toy.check_sampling(request.sampling)
         prompt, prompt_ids = toy.prompt_of(request)
         if self._pause is not None:

@@ -139,12 +139,11 @@ class SamplingFields(Protocol):
 
 
 def check_sampling(params: SamplingFields, vocab_size: int, prefix: str = "params") -> None:
-    """The one check of sampling parameters, used by every engine and (through
-    `episodes.resolve`) by the front doors.
+    """The one check of sampling parameters, applied by `episodes.resolve` for every door
+    (engines receive resolved requests and trust them).
 
-    Raises INVALID_ARGUMENT naming the field as `{prefix}.{field}` (the API's names:
-    "sampling.top_p" for gRPC/HTTP callers, "params.top_p" for engine callers), before any
-    model work.
+    Raises INVALID_ARGUMENT naming the field as `{prefix}.{field}` ("sampling.top_p"),
+    before any model work.
     """
     if params.max_tokens < 1:
         raise invalid(f"{prefix}.max_tokens", f"must be positive; got {params.max_tokens}")

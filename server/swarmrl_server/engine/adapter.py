@@ -162,6 +162,7 @@ class AdapterEngine(Engine):
         self.spec = spec
         self.max_model_len = base.max_model_len
         self.vocab_size = base.vocab_size
+        self.full_distribution_only = base.full_distribution_only
         self.eos_token_ids = base.eos_token_ids
         self.tokenizer = getattr(base, "tokenizer", None)
         self._shared = shared

@@ -76,6 +76,14 @@ class GenerationChunk:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
+def join_chunks(a: GenerationChunk, b: GenerationChunk) -> GenerationChunk:
+    """`a` then `b` as one chunk (a consumer that fell behind gets them together)."""
+    return GenerationChunk(
+        token_ids=a.token_ids + b.token_ids, logprobs=a.logprobs + b.logprobs,
+        text=a.text + b.text, top_logprobs=a.top_logprobs + b.top_logprobs,
+    )
+
+
 @dataclass(frozen=True)
 class GenerationOutput:
     """The whole result of one call; the last item `generate` yields."""
@@ -149,6 +157,15 @@ class SyncTimes:
     """Calls stopped and resumed by this sync."""
 
 
+def check_resolved(engine: Engine, prompt_ids: Sequence[int], params: SamplingParams) -> list[int]:
+    """The invariants an engine relies on, asserted (not a validation: `episodes.resolve`
+    refused bad input before the call got here); returns the prompt as a list."""
+    prompt = list(prompt_ids)
+    assert 0 < len(prompt) < engine.max_model_len, "unresolved request: the prompt leaves no room"
+    assert params.max_tokens >= 1, "unresolved request: max_tokens < 1"
+    return prompt
+
+
 class Engine(abc.ABC):
     """A model that serves tokens. Implementations: `HFEngine` (transformers, in process),
     `VLLMEngine` (vLLM servers over HTTP), `EchoEngine` (no model: front-door load tests)."""
@@ -161,6 +178,10 @@ class Engine(abc.ABC):
     """Token ids must be in [0, vocab_size)."""
     eos_token_ids: tuple[int, ...]
     """Tokens that end a turn (the chat template's end-of-turn token)."""
+    full_distribution_only: bool = False
+    """Refuses sampling under top_p < 1: its recorded logprobs would be the renormalised
+    nucleus's, which training cannot recompute (a trainable model on vLLM). Applied with
+    the other sampling rules in `episodes.resolve`, before a call reaches the engine."""
     last_sync: SyncTimes | None = None
     """Where the latest weight sync's time went; None before one (or for an engine that
     does not measure it)."""
@@ -183,7 +204,11 @@ class Engine(abc.ABC):
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
         """Streams chunks, then exactly one GenerationOutput. Closing the iterator early
-        cancels the request."""
+        cancels the request.
+
+        The request is a resolved one (`episodes.resolve`: every user-input rule applied
+        there, once); an engine trusts it and only asserts its own invariants
+        (`check_resolved`)."""
 
     @abc.abstractmethod
     async def update_weights(

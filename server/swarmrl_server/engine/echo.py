@@ -50,11 +50,11 @@ from swarmrl_server.engine.base import (
     GenerationOutput,
     SamplingParams,
     Spans,
+    check_resolved,
 )
 from swarmrl_server.engine.grammar import GrammarCompiler, grammar_json
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, unavailable
-from swarmrl_server.limits import check_prompt_ids, check_sampling
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -163,8 +163,7 @@ class EchoEngine(Engine):
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
-        prompt = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
-        check_sampling(params, self.vocab_size)
+        prompt = check_resolved(self, prompt_ids, params)
         if not self._running:
             raise unavailable(Reason.SHUTTING_DOWN, f"engine {self.name!r} is not running")
         version = self._policy_version

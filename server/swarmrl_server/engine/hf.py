@@ -52,15 +52,16 @@ from swarmrl_server.engine.base import (
     GenerationOutput,
     SamplingParams,
     SyncTimes,
+    check_resolved,
+    join_chunks,
 )
 from swarmrl_server.engine.grammar import GrammarCompiler, grammar_json
 from swarmrl_server.engine.hf_adapters import HFAdapters
 from swarmrl_server.engine.hf_attention import use_gqa_sdpa
 from swarmrl_server.engine.hf_batch import Batch, plain_cache
-from swarmrl_server.engine.hf_rows import Row, emit, join_chunks, sample_step
+from swarmrl_server.engine.hf_rows import Row, emit, sample_step
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, internal, invalid, unavailable
-from swarmrl_server.limits import check_prompt_ids, check_sampling
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -266,8 +267,7 @@ class HFEngine(Engine):
     # ---- validation -------------------------------------------------------------
 
     def _new_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> Row:
-        prompt = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
-        check_sampling(params, self.vocab_size)
+        prompt = check_resolved(self, prompt_ids, params)
         matcher = None
         if params.structural_tag:
             if self._grammar is None:

@@ -172,11 +172,3 @@ def top_p_filter(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs_V).scatter_(0, order_V, sorted_V)
 
 
-def join_chunks(a: GenerationChunk, b: GenerationChunk) -> GenerationChunk:
-    """`a` then `b` as one chunk (a consumer that fell behind gets them together)."""
-    return GenerationChunk(
-        token_ids=a.token_ids + b.token_ids,
-        logprobs=a.logprobs + b.logprobs,
-        text=a.text + b.text,
-        top_logprobs=a.top_logprobs + b.top_logprobs,
-    )

@@ -87,6 +87,7 @@ from swarmrl_server.engine.base import (
     GenerationOutput,
     SamplingParams,
     SyncTimes,
+    check_resolved,
 )
 from swarmrl_server.engine.grammar import grammar_json
 from swarmrl_server.engine.text import end_of_turn_ids
@@ -98,7 +99,6 @@ from swarmrl_server.engine.vllm_server import (
     default_vllm_python,
 )
 from swarmrl_server.errors import Reason, invalid, unavailable
-from swarmrl_server.limits import check_prompt_ids, check_sampling
 
 # httpx logs every request at INFO: one line per generation would drown the server's log.
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -160,6 +160,7 @@ class VLLMEngine(Engine):
             gen_eos = json.loads(with_gen.read_text()).get("eos_token_id")
         self.eos_token_ids = end_of_turn_ids(self.tokenizer, gen_eos)
         self.trainable = trainable
+        self.full_distribution_only = trainable
         work = log_dir or Path.cwd() / "runs" / "vllm"
         self.weights_dir = (weights_dir or work / "vllm-weights") / name
         self.servers: list[VLLMServer]
@@ -264,14 +265,7 @@ class VLLMEngine(Engine):
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
-        prompt = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
-        check_sampling(params, self.vocab_size)
-        if self.trainable and params.top_p < 1 and params.temperature > 0:
-            raise invalid(
-                "params.top_p",
-                "must be 1 for a trainable model on vLLM: its logprobs under top_p < 1 are "
-                "those of the renormalised nucleus, which training cannot recompute",
-            )
+        prompt = check_resolved(self, prompt_ids, params)
         if not self._started:
             raise unavailable(Reason.SHUTTING_DOWN, f"engine {self.name!r} is not running")
         server = self.servers[next(self._next)]

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -42,6 +41,8 @@ from typing import Any
 
 import httpx
 import structlog
+
+from swarmrl_server.net import free_port
 
 log = structlog.get_logger("swarmrl.vllm")
 
@@ -172,12 +173,6 @@ def _die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class LaunchedServer(VLLMServer):
@@ -347,4 +342,4 @@ def default_vllm_python() -> Path:
     return Path.cwd() / ".venv-vllm" / "bin" / "python"
 
 
-__all__ = ["LaunchedServer", "VLLMServer", "VLLMServerError", "default_vllm_python", "free_port"]
+__all__ = ["LaunchedServer", "VLLMServer", "VLLMServerError", "default_vllm_python"]

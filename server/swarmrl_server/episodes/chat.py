@@ -8,6 +8,7 @@ is applied once, on the server, with the model's own tokenizer.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -18,6 +19,9 @@ from swarmrl_server.errors import invalid
 Message = dict[str, Any]
 
 ROLES = ("system", "user", "assistant", "tool")
+ROLE_ALIASES = {"developer": "system"}
+"""Wire roles the chat templates know by another name: OpenAI's "developer" (o1 and
+later) is the newer name of "system"."""
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 
@@ -30,7 +34,7 @@ def make_message(
     name: str = "",
 ) -> Message:
     """The domain's OpenAI-shaped message; tool_calls are (id, function name, JSON arguments)."""
-    msg: Message = {"role": role, "content": content}
+    msg: Message = {"role": chat_role(role), "content": content}
     calls = [
         {"id": i, "type": "function", "function": {"name": n, "arguments": a or "{}"}}
         for i, n, a in tool_calls
@@ -42,6 +46,11 @@ def make_message(
     if name:
         msg["name"] = name
     return msg
+
+
+def chat_role(role: str) -> str:
+    """A wire role as the chat template knows it (see `ROLE_ALIASES`)."""
+    return ROLE_ALIASES.get(role, role)
 
 
 def validate_messages(messages: list[Message], field: str) -> None:
@@ -233,6 +242,51 @@ def _tool_call(body: str) -> Message | None:
         "type": "function",
         "function": {"name": parsed["name"], "arguments": json.dumps(args)},
     }
+
+
+_CUT_CALL = re.compile(
+    r'\s*' + re.escape(TOOL_CALL_OPEN) + r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")'
+    r'\s*,\s*"arguments"\s*:\s*(.*)', re.DOTALL)
+
+
+def cut_tool_call(text: str, call_id: str, name: str = "") -> Message | None:
+    """The tool call that `text` began but did not close (generation was cut), with its
+    arguments as the partial JSON generated so far; None when `text` is not one open
+    `<tool_call>` block. `name` is the function's when the cut fell before the text
+    named it (a named forced choice knows it). Its id is derived from `call_id`, so it
+    is the same each time the call is shown (a retried request, a stored response)."""
+    if TOOL_CALL_CLOSE in text:
+        return None
+    m = _CUT_CALL.fullmatch(text)
+    if m is None:
+        stripped = text.strip()
+        if not stripped or not TOOL_CALL_OPEN.startswith(stripped[:len(TOOL_CALL_OPEN)]):
+            return None
+        arguments = ""  # cut before the name was complete
+    else:
+        name, arguments = json.loads(m.group(1)), _partial_arguments(m.group(2))
+    return {
+        "id": "call_" + call_id.removeprefix("call-")[:24],
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+def _partial_arguments(text: str) -> str:
+    """The arguments' JSON as far as it went, without the call object's own closing brace
+    and the start of the close tag when the cut fell after them."""
+    head = text.rstrip()
+    for k in range(len(TOOL_CALL_CLOSE), 0, -1):
+        if head.endswith(TOOL_CALL_CLOSE[:k]):
+            head = head[:-k].rstrip()
+            break
+    if head.endswith("}"):
+        try:
+            json.loads(head[:-1])
+            return head[:-1]
+        except json.JSONDecodeError:
+            pass
+    return text
 
 
 def parse_reply(text: str, finish_reason: str) -> tuple[Message, str]:

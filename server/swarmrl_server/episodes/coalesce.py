@@ -15,17 +15,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
-from swarmrl_server.engine.base import GenerationChunk
+from swarmrl_server.engine.base import GenerationChunk, join_chunks
 
 T = TypeVar("T")
 _END = object()
-
-
-def join_chunks(a: GenerationChunk, b: GenerationChunk) -> GenerationChunk:
-    return GenerationChunk(
-        token_ids=a.token_ids + b.token_ids, logprobs=a.logprobs + b.logprobs,
-        text=a.text + b.text, top_logprobs=a.top_logprobs + b.top_logprobs,
-    )
 
 
 async def coalesced(stream: AsyncIterator[GenerationChunk | T]) -> AsyncIterator[GenerationChunk | T]:

@@ -34,7 +34,15 @@ from swarmrl_server.episodes.resolve import (
     SamplingRequest,
     resolve,
 )
-from swarmrl_server.errors import Reason, SwarmError, invalid, not_found, precondition, unavailable
+from swarmrl_server.errors import (
+    Code,
+    Reason,
+    SwarmError,
+    invalid,
+    not_found,
+    precondition,
+    unavailable,
+)
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.limits import check_labels, check_reason
 from swarmrl_server.logs import bind_ids
@@ -234,7 +242,7 @@ class EpisodeRegistry:
                 on_prompt(replayed.prompt_ids)
             yield replay(replayed)
             return
-        host = self._resolve_model(open_.record, model)
+        host = self.model_of(open_.record, model)
         # Only this model's pauses hold this call, and it waits them out (up to the
         # policy's bound) rather than failing: harnesses that proxy calls drop the
         # Retry-After of a 429, so a weight sync of seconds would kill their rollouts.
@@ -333,12 +341,18 @@ class EpisodeRegistry:
             open_.calls.append(call)
             return call
 
-    def _resolve_model(self, record: EpisodeRecord, model: str) -> ModelHost:
+    def model_of(self, record: EpisodeRecord, model: str) -> ModelHost:
+        """The model a call of `record` names ("" is the episode's first): the one rule,
+        for every door. A name the server does not host, or one the episode was not
+        started with, is NOT_FOUND (MODEL_NOT_FOUND, naming "model"), as OpenAI answers
+        for a model the key cannot use: a wrong name never falls back to another model."""
         name = model or record.models[0]
-        if name not in self._models:
-            raise not_found(Reason.MODEL_NOT_FOUND, "model", name)
-        if name not in record.models:
-            raise invalid("model", f"{name!r} is not among the episode's models {record.models}")
+        if name not in self._models or name not in record.models:
+            raise SwarmError(
+                Code.NOT_FOUND, Reason.MODEL_NOT_FOUND,
+                f"model: {name!r} is not one of this episode's models {list(record.models)}",
+                field="model", metadata={"model": name},
+            )
         return self._models[name]
 
     # -- rewards and endings -------------------------------------------------------

@@ -4,8 +4,9 @@ Every door (gRPC, the OpenAI and Anthropic shims) converts its request to a
 `SamplingRequest` and a prompt (chat messages or token ids); `resolve` then applies, in
 this order and nowhere else:
 
-1. the sampling checks (`limits.check_sampling`: ranges, stop strings, top-logprobs cap),
-   on the values the client sent, defaults filled in;
+1. the sampling checks (`limits.check_sampling`: ranges, stop strings, top-logprobs cap,
+   and the engine's own rule, `Engine.full_distribution_only`), on the values the client
+   sent, defaults filled in;
 2. the server's defaults (`GenerationPolicy.default_max_tokens`) and forced values
    (`force_temperature`, `force_top_p`, reported back as overrides, never silently);
 3. the prompt checks: a chat is bounded from its size in bytes before the template and
@@ -15,7 +16,8 @@ this order and nowhere else:
    and the server's default shrinks to fit.
 
 Nothing here touches the store or an engine's weights, so a refusal leaves no state
-behind. The limits themselves are published in `swarmrl_server.limits`.
+behind. Engines receive only resolved requests and trust them (they assert their
+invariants, `engine.base.check_resolved`, and re-validate nothing). The limits themselves are published in `swarmrl_server.limits`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarmrl_server.config import PAUSE_WAIT_S
-from swarmrl_server.engine.base import SamplingParams
+from swarmrl_server.engine.base import Engine, SamplingParams
 from swarmrl_server.episodes.chat import Message, validate_messages
 from swarmrl_server.episodes.render import render_prompt
 from swarmrl_server.errors import invalid
@@ -85,7 +87,7 @@ class ResolvedRequest:
 
 
 def resolve_sampling(
-    s: SamplingRequest, policy: GenerationPolicy, vocab_size: int
+    s: SamplingRequest, policy: GenerationPolicy, engine: Engine
 ) -> tuple[SamplingParams, dict[str, Any]]:
     """Checks the client's sampling fields, then fills in defaults and forced values;
     returns the parameters and the overrides ({field: value used})."""
@@ -97,7 +99,13 @@ def resolve_sampling(
         stop_token_ids=tuple(s.stop_token_ids), stop=tuple(s.stop), seed=s.seed,
         top_logprobs=s.top_logprobs, structural_tag=s.structural_tag,
     )
-    check_sampling(params, vocab_size, prefix="sampling")
+    check_sampling(params, engine.vocab_size, prefix="sampling")
+    if engine.full_distribution_only and params.top_p < 1 and params.temperature > 0:
+        raise invalid(
+            "sampling.top_p",
+            "must be 1 for this model: its engine's logprobs under top_p < 1 are those of "
+            "the renormalised nucleus, which training cannot recompute",
+        )
     overridden: dict[str, Any] = {}
     if policy.force_temperature is not None and temperature != policy.force_temperature:
         temperature = policy.force_temperature
@@ -185,7 +193,7 @@ def resolve(
     """The one resolution step (see the module doc): sampling, then prompt, then the
     context's room. `affinity_key` routes the call's replicas (the episode id);
     `annotations` are kept with a chat call's record."""
-    params, overridden = resolve_sampling(sampling, policy, host.engine.vocab_size)
+    params, overridden = resolve_sampling(sampling, policy, host.engine)
     prompt_ids, chat, rendered_text = resolve_prompt(
         host, messages=messages, tools=tools, token_ids=token_ids,
         earlier_calls=earlier_calls, input_field=input_field, annotations=annotations,

@@ -20,7 +20,6 @@ from fastapi import Request
 from swarmrl_server.engine.base import GenerationChunk
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.resolve import SamplingRequest
-from swarmrl_server.errors import Code, Reason, SwarmError
 from swarmrl_server.http.sse import unless_disconnected
 
 Item = GenerationChunk | GenerationResult
@@ -135,18 +134,6 @@ def sampling_for_choices(
         )
         for i in range(n)
     ]
-
-
-def require_episode_model(model: str, episode_models: Sequence[str], hosted: Any) -> str:
-    """The model a request names must be one the episode was started with (404 otherwise:
-    a wrong name must never silently fall back to another model)."""
-    if model not in hosted or model not in episode_models:
-        raise SwarmError(
-            Code.NOT_FOUND, Reason.MODEL_NOT_FOUND,
-            f"model: {model!r} is not one of this episode's models {list(episode_models)}",
-            field="model",
-        )
-    return model
 
 
 @functools.lru_cache(maxsize=1)

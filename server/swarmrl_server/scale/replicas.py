@@ -67,6 +67,7 @@ class EngineReplicaActor:
         e = self.engine
         return {"max_model_len": e.max_model_len, "vocab_size": e.vocab_size,
                 "eos_token_ids": tuple(e.eos_token_ids), "policy_version": e.policy_version,
+                "full_distribution_only": e.full_distribution_only,
                 "pid": os.getpid()}
 
     async def generate(
@@ -100,6 +101,7 @@ class RayReplica(Engine):
         self.actor = actor
         self.max_model_len = int(info["max_model_len"])
         self.vocab_size = int(info["vocab_size"])
+        self.full_distribution_only = bool(info.get("full_distribution_only", False))
         self.eos_token_ids = tuple(info["eos_token_ids"])
         self.tokenizer = tokenizer
         self._version = int(info["policy_version"])

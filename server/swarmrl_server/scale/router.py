@@ -67,6 +67,7 @@ class Router(Engine):
         self.replicas = list(replicas)
         self.max_model_len = first.max_model_len
         self.vocab_size = first.vocab_size
+        self.full_distribution_only = first.full_distribution_only
         self.eos_token_ids = first.eos_token_ids
         self.tokenizer = tokenizer if tokenizer is not None else getattr(first, "tokenizer", None)
         self._ping = ping

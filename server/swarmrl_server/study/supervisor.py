@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -39,6 +38,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from swarmrl_server.net import free_port
 from swarmrl_server.study import commands, watch
 from swarmrl_server.study.commands import Ports, ProcessSpec
 from swarmrl_server.study.schema import RunSpec, Study
@@ -61,12 +61,6 @@ class ServerDown(Exception):
 
 class ClientsExhausted(Exception):
     """A client crashed with no client restarts left."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def describe_exit(code: int) -> str:

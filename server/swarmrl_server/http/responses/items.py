@@ -17,11 +17,12 @@ import json
 from typing import Any
 
 from swarmrl_server.episodes.calls import GenerationResult
-from swarmrl_server.episodes.chat import Message
+from swarmrl_server.episodes.chat import Message, chat_role
 from swarmrl_server.episodes.render import chat_of
 from swarmrl_server.http.errors import HttpError
 from swarmrl_server.http.generation import TokenText, chat_logprobs
 from swarmrl_server.http.responses.protocol import ContentPart, InputItem, ResponseSettings
+from swarmrl_server.http.serving import cut_call, reply_of
 from swarmrl_server.store.records import CallRecord
 
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -53,7 +54,7 @@ def to_messages(items: str | list[InputItem] | None) -> list[Message]:
         at = f"input[{i}]"
         if item.type == "message":
             role = _required(item.role, f"{at}.role")
-            out.append({"role": "system" if role == "developer" else role,
+            out.append({"role": chat_role(role),
                         "content": _text(item.content, f"{at}.content")})
         elif item.type == "function_call":
             arguments = item.arguments or "{}"
@@ -110,26 +111,22 @@ def function_call_item(call: Message, status: str) -> dict[str, Any]:
             "status": status}
 
 
-def reply_of(settings: ResponseSettings, result: GenerationResult) -> tuple[str, list[Message]]:
-    """(text, tool calls) of a finished call as this response shows it."""
-    if not settings.parse_tools:
-        return result.call.text, []
-    return result.message.get("content") or "", list(result.message.get("tool_calls") or [])
-
-
 def output_items(settings: ResponseSettings, result: GenerationResult,
                  tt: TokenText | None) -> list[dict[str, Any]]:
     """The `output` of a finished response: a message when there is text or nothing else,
     then one `function_call` item per tool call (the order a stream emits them in)."""
-    text, calls = reply_of(settings, result)
+    text, calls = reply_of(settings.parse_tools, settings.forced_tool, result,
+                           settings.forced_name)
     status = "incomplete" if result.finish_reason == "length" else "completed"
     items = []
     if text or not calls:
         c = result.call
         logprobs = chat_logprobs(tt, c.completion_ids, c.logprobs, c.top_logprobs,
                                  settings.top_logprobs or 0)["content"] if tt else None
-        items.append(message_item(settings.id, text, status, logprobs))
-    items += [function_call_item(call, "completed") for call in calls]
+        items.append(message_item(settings.id, text or "", status, logprobs))
+    # A forced call that max_output_tokens cut is an incomplete item, never text.
+    status = "incomplete" if cut_call(settings.forced_tool, result) else "completed"
+    items += [function_call_item(call, status) for call in calls]
     return items
 
 

@@ -22,6 +22,26 @@ from swarmrl_server.http.protocol import (
 # -- request -------------------------------------------------------------------------
 
 
+LOGPROBS = "message.output_text.logprobs"
+KNOWN_INCLUDES = frozenset({
+    LOGPROBS,
+    # Nothing to include here (no reasoning is produced, no built-in tool runs), so these
+    # are honoured vacuously: harnesses that always ask for them (e.g. stateless clients
+    # asking for encrypted reasoning) work unchanged.
+    "reasoning.encrypted_content", "file_search_call.results", "web_search_call.results",
+    "web_search_call.action.sources", "code_interpreter_call.outputs",
+    "computer_call_output.output.image_url", "message.input_image.image_url",
+})
+MAX_METADATA = (16, 64, 512)
+"""OpenAI's metadata limits: pairs, key length, value length."""
+
+
+def metadata_fits(meta: dict[str, str] | None) -> bool:
+    pairs, key_len, value_len = MAX_METADATA
+    return len(meta or {}) <= pairs and all(
+        len(k) <= key_len and len(v) <= value_len for k, v in (meta or {}).items())
+
+
 class ContentPart(OpenAIBaseModel):
     """A part of a message's content or of a function call's output; only text parts
     (`input_text`, `output_text`) can be served (checked in serving)."""
@@ -176,6 +196,18 @@ class ResponseSettings(BaseModel):
         """False for tool_choice "none": the tools are hidden from the model and the reply
         is the raw completion text."""
         return self.tool_choice != "none"
+
+    @property
+    def forced_tool(self) -> bool:
+        """A tool call is forced ("required" or a named function): decoded under a grammar,
+        and reported as an incomplete call when `max_output_tokens` cuts it."""
+        return self.tool_choice == "required" or isinstance(self.tool_choice, dict)
+
+    @property
+    def forced_name(self) -> str:
+        """The function a named forced choice calls ("" otherwise)."""
+        return str(self.tool_choice.get("name") or "") if isinstance(self.tool_choice, dict) \
+            else ""
 
 
 class ResponseObject(ResponseSettings, ResponseModel):
