@@ -202,3 +202,27 @@ def test_results_columns_read_each_runs_json(tmp_path: Path) -> None:
     assert results(study(), tmp_path) == []
     with pytest.raises(StudyError, match="results.columns"):
         study(results={"file": "x.json", "columns": {}})
+
+
+def test_runs_rank_by_a_val_figure_never_by_a_test_one(tmp_path: Path) -> None:
+    from swarmrl_server.study.report import rank, ranked_value
+
+    results = {"file": "card.json", "columns": {"val": "selected.val_figures.success_rate"}}
+    with pytest.raises(StudyError, match="never by test"):
+        study(results=results, metric={"rank_by": "test.figures.success_rate"})
+    with pytest.raises(StudyError, match="add `results`"):
+        study(metric={"rank_by": "selected.val_figures.success_rate"})
+    s = study(results=results, metric={"rank_by": "evals.-1.figures.success_rate"},
+              variations={"grid": {"train.lr": [1e-4, 1e-3]}})
+    specs = expand(s)
+    runs = [RunRecord.new(spec) for spec in specs]
+    for run, (val, test) in zip(runs, [(0.2, 0.9), (0.4, 0.1)]):
+        folder = tmp_path / run.run_id
+        folder.mkdir()
+        (folder / "card.json").write_text(
+            '{"evals": [{"figures": {"success_rate": 0.0}}, {"figures": {"success_rate": %s}}],'
+            ' "test": {"figures": {"success_rate": %s}}}' % (val, test))
+        run.metric = ranked_value(s, folder)
+    assert [r.metric for r in runs] == [0.2, 0.4]
+    # The run with the better val ranks first, whatever its test figure.
+    assert rank(s, runs)[0].run_ids == [runs[1].run_id]
