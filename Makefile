@@ -10,7 +10,8 @@ STAMP  := $(VENV)/.installed
 VLLM_VENV  ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 # verifiers lives in its own venv too: it pins openai<3 and mcp==2.0.0 (the main venv has
-# openai 3 and mcp 2.3). Python 3.11, verifiers and the swarmrl SDK (no server extras).
+# openai 3 and mcp 2.3). Python 3.11, verifiers, the swarmrl SDK (no server extras) and
+# textworld (examples/textworld/vf_textworld, TextWorld as a verifiers environment).
 VF_PYTHON ?= python3.11
 VF_VENV   ?= .venv-verifiers
 VF_STAMP  := $(VF_VENV)/.installed
@@ -53,9 +54,12 @@ vllm-venv: $(VLLM_STAMP)
 $(VF_STAMP): constraints-verifiers.txt pyproject.toml
 	$(VF_PYTHON) -m venv $(VF_VENV)
 	$(VF_VENV)/bin/pip install --quiet --upgrade pip
-	$(VF_VENV)/bin/pip install --quiet -c constraints-verifiers.txt verifiers==0.4.0 -e .
-	$(VF_VENV)/bin/pip check
-	$(VF_VENV)/bin/python -c "import verifiers.v1, swarmrl.envs.verifiers"
+	$(VF_VENV)/bin/pip install --quiet -c constraints-verifiers.txt verifiers==0.4.0 textworld==1.7.0 -e .
+	# textworld 1.7.0's wheel has a blank line before its Tag header, so pip check reads no
+	# tags and reports it "not supported on this platform"; any other finding fails.
+	$(VF_VENV)/bin/pip check > $(VF_VENV)/pip-check.txt || \
+		! grep -vx 'textworld 1.7.0 is not supported on this platform' $(VF_VENV)/pip-check.txt
+	$(VF_VENV)/bin/python -c "import verifiers.v1, swarmrl.envs.verifiers, textworld"
 	touch $@
 
 verifiers-venv: $(VF_STAMP)

@@ -243,29 +243,3 @@ def test_items_are_seed_ranges_or_the_hooks() -> None:
     with pytest.raises(TypeError, match="Hooks subclass"):
         OpenEnv("http://127.0.0.1:1", hooks="tests.openenv_support:WordGuess")
     assert OpenEnv("tests.openenv_support:WordGuess").name == "WordGuess"
-
-
-async def test_textworld_plays_alike_natively_and_through_openenv(http_server: Any,
-                                                                  tmp_path: Path) -> None:
-    """The same TextWorld game, greedy: the native environment (an OpenAI-client agent on
-    the shim) and its OpenEnv form (OpenEnv's server, the adapter's SDK calls) record the
-    same tokens, call for call, and earn the same reward."""
-    from examples.textworld.env import TextWorld
-    from examples.textworld.openenv_env import TextWorldOpenEnv
-    from tests.http_support import stored_calls
-
-    game = {"level": 1, "val_games": 1, "max_steps": 3, "games_dir": str(tmp_path / "games")}
-    config = RunnerConfig(progress=False, eval_sampling=swarmrl.SamplingParams(
-        temperature=0.0, max_tokens=12))
-    played = {}
-    async with swarmrl.AsyncSwarmClient(http_server.grpc_target) as client:
-        for form, env in (("native", TextWorld(**game)), ("openenv", TextWorldOpenEnv(**game))):
-            async with Runner(env, client, config) as runner:
-                (record,) = (await runner.evaluate("val")).records
-            played[form] = record, await stored_calls(http_server, record.episode_id)
-    (native, native_calls), (oe, oe_calls) = played["native"], played["openenv"]
-    assert native.item_id == oe.item_id and native.ok and oe.ok
-    assert len(native_calls) == len(oe_calls) == native.metrics["steps"] >= 1
-    for a, b in zip(native_calls, oe_calls):
-        assert a.prompt_ids == b.prompt_ids and a.completion_ids == b.completion_ids
-    assert oe.reward == pytest.approx(native.reward) and oe.success == native.success

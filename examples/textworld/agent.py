@@ -160,55 +160,101 @@ def open_game(game: str | Path, max_steps: int) -> Any:
         return textworld.gym.make(env_id)
 
 
+class Game:
+    """One game in play: the turns the agent is shown and the reward it earns. The native
+    loop (`play`), the OpenEnv form (``openenv_env.TextWorldEnv``) and the verifiers form
+    (``vf_textworld``) all play through it, so the three show the same turns and pay the
+    same reward; only who calls the model differs."""
+
+    def __init__(self, game: str | Path, *, max_steps: int, choice: str = "number",
+                 format_reward: float = 0.0, progress_reward: float = 0.0) -> None:
+        self.how, self.max_steps = CHOICES[choice], max_steps
+        self.env = open_game(game, max_steps)
+        try:
+            with GAME_LOCK:
+                _, self.infos = self.env.reset()
+        except BaseException:
+            self.close()
+            raise
+        # The reset text opens with an ASCII-art banner (~600 tokens): the room
+        # description says the same without it.
+        self.feedback: str = self.infos["description"]
+        self.quest = len(self.infos["policy_commands"])
+        self.done = False
+        self.result = Result(won=False, score=0, max_score=int(self.infos["max_score"]),
+                             steps=0, format_reward=format_reward,
+                             progress_reward=progress_reward)
+
+    @property
+    def objective(self) -> str:
+        return str(self.infos["objective"])
+
+    @property
+    def commands(self) -> list[str]:
+        """The commands the game accepts now, in the order the agent is shown them."""
+        return sorted(self.infos["admissible_commands"])
+
+    @property
+    def over(self) -> bool:
+        """A win, a loss or `max_steps` commands."""
+        return self.done or self.result.steps >= self.max_steps
+
+    def opening(self) -> list[dict[str, str]]:
+        """The messages before the first turn: the system message, then the example."""
+        return [{"role": "system", "content": self.how.system.format(objective=self.objective)},
+                *self.how.example]
+
+    def turn(self) -> str:
+        """The user message of the next turn: what the game said, then its commands."""
+        return self.how.turn.format(feedback=self.feedback, objective=self.objective,
+                                    commands=self.how.listing(self.commands))
+
+    def step(self, reply: str) -> str:
+        """Plays the command `reply` picks (else ``look``); returns the command played."""
+        result = self.result
+        command = picked(reply, self.commands, numbered=self.how.numbered)
+        result.picked += command is not None
+        command = command or "look"
+        with GAME_LOCK:
+            text, score, done, self.infos = self.env.step(command)
+        self.feedback, self.done = clean(text), bool(done)
+        result.steps += 1
+        result.score = int(score)
+        result.won = bool(self.infos["won"])
+        if result.won:
+            result.progress = 1.0
+        elif self.quest and not self.infos["lost"]:  # a lost game has no plan left either
+            result.progress = max(result.progress,
+                                  1 - len(self.infos["policy_commands"]) / self.quest)
+        result.commands.append(command)
+        result.replies.append(reply)
+        return command
+
+    def close(self) -> None:
+        with GAME_LOCK:
+            self.env.close()
+
+
 def play(game: str | Path, client: OpenAI, model: str, *, max_steps: int = 6,
          temperature: float = 1.0, max_tokens: int = 4, format_reward: float = 0.0,
          progress_reward: float = 0.0, choice: str = "number") -> Result:
     """Plays one game to a win, a loss or `max_steps` commands; `choice` is a key of
     `CHOICES`."""
-    how = CHOICES[choice]
-    env = open_game(game, max_steps)
+    played = Game(game, max_steps=max_steps, choice=choice, format_reward=format_reward,
+                  progress_reward=progress_reward)
     try:
-        with GAME_LOCK:
-            _, infos = env.reset()
-        # The reset text opens with an ASCII-art banner (~600 tokens): the room
-        # description says the same without it.
-        feedback = infos["description"]
-        messages: list[dict[str, str]] = [
-            {"role": "system", "content": how.system.format(objective=infos["objective"])},
-            *how.example]
-        result = Result(won=False, score=0, max_score=int(infos["max_score"]), steps=0,
-                        format_reward=format_reward, progress_reward=progress_reward)
-        quest = len(infos["policy_commands"])
-        done = False
-        while not done and result.steps < max_steps:
-            commands = sorted(infos["admissible_commands"])
-            messages.append({"role": "user", "content": how.turn.format(
-                feedback=feedback, commands=how.listing(commands), objective=infos["objective"])})
+        messages = played.opening()
+        while not played.over:
+            messages.append({"role": "user", "content": played.turn()})
             reply = client.chat.completions.create(
                 model=model, messages=messages,  # type: ignore[arg-type]
                 temperature=temperature, max_tokens=max_tokens,
             ).choices[0].message.content or ""
             messages.append({"role": "assistant", "content": reply})
-            command = picked(reply, commands, numbered=how.numbered)
-            result.picked += command is not None
-            command = command or "look"
-            with GAME_LOCK:
-                text, score, done, infos = env.step(command)
-            feedback = clean(text)
-            result.steps += 1
-            result.score = int(score)
-            result.won = bool(infos["won"])
-            if result.won:
-                result.progress = 1.0
-            elif quest and not infos["lost"]:  # a lost game has no plan left either
-                result.progress = max(result.progress,
-                                      1 - len(infos["policy_commands"]) / quest)
-            result.commands.append(command)
-            result.replies.append(reply)
-        return result
+            played.step(reply)
+        return played.result
     finally:
-        with GAME_LOCK:
-            env.close()
+        played.close()
 
 
 def add_play_args(p: argparse.ArgumentParser) -> None:

@@ -104,8 +104,8 @@ class TextWorld(Environment):
 
     def play_game(self, game: str, client: OpenAI, model: str, temperature: float,
                   max_tokens: int | None) -> Result:
-        """One game with this environment's settings (the verifiers and OpenEnv forms call
-        it too, so the three forms play alike)."""
+        """One game with this environment's settings (the OpenEnv and verifiers forms play
+        the same `agent.Game` with the same settings, so the three forms play alike)."""
         return play(game, client, model, max_steps=self.max_steps, temperature=temperature,
                     max_tokens=max_tokens or self.max_tokens, format_reward=self.format_reward,
                     progress_reward=self.progress_reward, choice=self.choice)

@@ -7,10 +7,10 @@
         --env-arg hooks=examples.textworld.openenv_env:TextWorldHooks ...
 
 `TextWorldEnv` is an OpenEnv ``Environment``: ``reset(seed)`` opens the game of that
-seed (`env.make_games`, compiled once), a step plays the command the player's text
-names (`agent.picked`; anything else is ``look``, so free text never reaches the
-interpreter), and the last step (a win, a loss or ``max_steps``) carries the native
-reward (`agent.Result.reward`). `TextWorldHooks` renders each observation as the
+seed (`env.make_games`, compiled once) as an `agent.Game` (the native loop's game), a
+step plays the command the player's text names (`agent.picked`; anything else is
+``look``, so free text never reaches the interpreter), and the last step (a win, a loss
+or ``max_steps``) carries the native reward (`agent.Result.reward`). `TextWorldHooks` renders each observation as the
 native agent's turn and gives the native items (seeds, game digests as content), so the
 model sees the same messages and the same greedy play records the same tokens.
 """
@@ -25,7 +25,7 @@ from typing import Any
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 
-from examples.textworld.agent import CHOICES, GAME_LOCK, Result, clean, open_game, picked
+from examples.textworld.agent import CHOICES, Game
 from examples.textworld.env import TextWorld, make_games
 from swarmrl.envs import Item, Outcome, Split
 from swarmrl.envs.openenv import Hooks, OpenEnv, Step
@@ -49,52 +49,36 @@ class TextWorldEnv(Environment[TextWorldAction, TextWorldObservation, State]):
                  format_reward: float = 0.0, progress_reward: float = 0.5,
                  games_dir: str = "runs/textworld-games") -> None:
         super().__init__()
-        self.level, self.max_steps, self.games_dir = level, max_steps, Path(games_dir)
-        self.numbered = CHOICES[choice].numbered
-        self.rewards = {"format_reward": format_reward, "progress_reward": progress_reward}
-        self._game: Any = None
+        self.level, self.games_dir = level, Path(games_dir)
+        self._options = {"max_steps": max_steps, "choice": choice, "format_reward": format_reward,
+                     "progress_reward": progress_reward}
+        self._game: Game | None = None
         self._state = State()
 
     def reset(self, seed: int | None = None, episode_id: str | None = None,
               **kwargs: Any) -> TextWorldObservation:
         self.close()
-        game = make_games(self.level, [seed or 1], self.games_dir)[0]
-        self._game = open_game(game, self.max_steps)
-        with GAME_LOCK:
-            _, infos = self._game.reset()
-        self._infos = infos
-        self._quest = len(infos["policy_commands"])
-        self._result = Result(won=False, score=0, max_score=int(infos["max_score"]), steps=0,
-                              **self.rewards)
+        path = make_games(self.level, [seed or 1], self.games_dir)[0]
+        self._game = Game(path, **self._options)
         self._state = State(episode_id=episode_id, step_count=0)
-        return self._observe(infos["description"], done=False)
+        return self._observe()
 
-    def _observe(self, feedback: str, *, done: bool) -> TextWorldObservation:
-        r = self._result
+    def _observe(self) -> TextWorldObservation:
+        game = self._game
+        assert game is not None
+        r, done = game.result, game.over
         return TextWorldObservation(
-            feedback=feedback, objective=self._infos["objective"],
-            commands=sorted(self._infos["admissible_commands"]), done=done,
-            reward=r.reward if done else (None if r.steps == 0 else 0.0),
+            feedback=game.feedback, objective=game.objective, commands=game.commands,
+            done=done, reward=r.reward if done else (None if r.steps == 0 else 0.0),
             metadata={"won": r.won, "steps": r.steps, "progress": r.progress})
 
     def step(self, action: TextWorldAction, timeout_s: float | None = None,
              **kwargs: Any) -> TextWorldObservation:
-        r = self._result
-        command = picked(action.command, sorted(self._infos["admissible_commands"]),
-                         numbered=self.numbered)
-        r.picked += command is not None
-        with GAME_LOCK:
-            text, score, done, infos = self._game.step(command or "look")
-        self._infos = infos
-        r.steps, r.score, r.won = r.steps + 1, int(score), bool(infos["won"])
-        if r.won:
-            r.progress = 1.0
-        elif self._quest and not infos["lost"]:
-            r.progress = max(r.progress, 1 - len(infos["policy_commands"]) / self._quest)
-        r.commands.append(command or "look")
-        r.replies.append(action.command)
+        if self._game is None:
+            raise RuntimeError("step before reset")
+        self._game.step(action.command)
         self._state.step_count += 1
-        return self._observe(clean(text), done=bool(done) or r.steps >= self.max_steps)
+        return self._observe()
 
     @property
     def state(self) -> State:
@@ -102,8 +86,7 @@ class TextWorldEnv(Environment[TextWorldAction, TextWorldObservation, State]):
 
     def close(self) -> None:
         if self._game is not None:
-            with GAME_LOCK:
-                self._game.close()
+            self._game.close()
             self._game = None
 
 
