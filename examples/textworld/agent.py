@@ -5,8 +5,8 @@
 It reads ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` (what ``swarmrl run`` sets to a fresh
 episode's shim URL and key) and ``SWARMRL_MODEL``, plays one game up to ``--max-steps``
 commands, and writes ``{"reward": ...}`` to ``$SWARMRL_REWARD_FILE``. `play` is the
-same loop for a caller that passes its own ``OpenAI`` client (examples/textworld/run.py
-passes one built from an episode's ``openai_base_url`` and ``openai_api_key``).
+same loop for a caller that passes its own ``OpenAI`` client (examples/textworld/env.py
+passes one bound to a rollout's episode).
 
 **One turn.** The conversation is the game so far: a system message with the goal,
 then per step a user message (what the game said, then the commands it accepts now)
