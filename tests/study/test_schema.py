@@ -3,6 +3,7 @@ review: pure functions, no servers."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -219,9 +220,9 @@ def test_runs_rank_by_a_val_figure_never_by_a_test_one(tmp_path: Path) -> None:
     for run, (val, test) in zip(runs, [(0.2, 0.9), (0.4, 0.1)]):
         folder = tmp_path / run.run_id
         folder.mkdir()
-        (folder / "card.json").write_text(
-            '{"evals": [{"figures": {"success_rate": 0.0}}, {"figures": {"success_rate": %s}}],'
-            ' "test": {"figures": {"success_rate": %s}}}' % (val, test))
+        (folder / "card.json").write_text(json.dumps(
+            {"evals": [{"figures": {"success_rate": 0.0}}, {"figures": {"success_rate": val}}],
+             "test": {"figures": {"success_rate": test}}}))
         run.metric = ranked_value(s, folder)
     assert [r.metric for r in runs] == [0.2, 0.4]
     # The run with the better val ranks first, whatever its test figure.
