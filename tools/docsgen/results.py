@@ -72,11 +72,47 @@ def _provenance(record: dict[str, Any]) -> str:
     return "; ".join(p for p in parts if p) + ".\n\n```sh\n" + str(record.get("command", "")) + "\n```\n"
 
 
+def _figure(figures: dict[str, Any] | None) -> str:
+    if not figures or figures.get("success_rate") is None:
+        return ""
+    low, high = figures["success_ci95"]
+    return f"{figures['success_rate']:.3f} ({figures['solved']}/{figures['n']}, {low:.3f}–{high:.3f})"
+
+
+def _card_rows(cards: list[dict[str, Any]]) -> str:
+    """Run cards (``swarmrl train``): val before, the selected checkpoint's val, test once."""
+    rows = []
+    for r in cards:
+        card = json.loads((RESULTS / r["file"]).read_text())
+        vals = [e for e in card.get("evals", []) if e["split"] == "val"]
+        selected = card.get("selected", {})
+        test = card.get("test", {})
+        rows.append([r.get("title", r["id"]), _figure(vals[0]["figures"] if vals else None),
+                     f"{selected.get('name', '')}: {_figure(selected.get('val_figures'))}",
+                     _figure(test.get("figures")), f"v{test.get('pinned_version', '')}",
+                     card.get("train", {}).get("groups", ""),
+                     f"{card.get('wall_s', 0) / 60:.0f} min",
+                     f"[{r['file']}]({_link(r['file'])})"])
+    out = [table(["run", "val before", "selected by val", "test, once (95% CI)",
+                  "test version", "groups trained", "wall time", "card"], rows)]
+    for r in cards:
+        card = json.loads((RESULTS / r["file"]).read_text())
+        out.append(f"*{cell(r.get('title', r['id']))}*, {card['created']}, "
+                   f"{card['machine'].get('cpus')} CPUs, commit "
+                   f"{card.get('git', {}).get('commit', '?')[:10]}:\n\n"
+                   f"```sh\nswarmrl {' '.join(card['argv'])}\n```\n")
+    return "\n".join(out)
+
+
 def render_group(group: str) -> str:
     members = [r for r in records() if r.get("group") == group]
     if not members:
         raise ValueError(f"no record in results/ has group {group!r}")
     out: list[str] = []
+    cards = [r for r in members if str(r.get("file", "")).startswith("cards/")]
+    if cards:
+        out.append(_card_rows(cards))
+        members = [r for r in members if r not in cards]
     summaries = [r for r in members if str(r.get("file", "")).endswith(".json")]
     if summaries:
         rows = [_summary_row(r, json.loads((RESULTS / r["file"]).read_text())) for r in summaries]

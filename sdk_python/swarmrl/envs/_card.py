@@ -119,7 +119,7 @@ def render_markdown(card: Mapping[str, Any]) -> str:
     env = card["env"]
     lines = [f"# Run card: {card['kind']} {env['label']}", "",
              f"- created {card['created']}, {card.get('wall_s', '?')} s",
-             f"- command: `{' '.join(card['argv'])}`",
+             f"- command: `swarmrl {card['kind']} {' '.join(card['argv'])}`",
              f"- environment: `{env['spec']}` {json.dumps(env['args'])}",
              f"- server: {json.dumps(card['server'].get('summary', {}))}",
              f"- git: {card.get('git', {}).get('commit', '?')}"

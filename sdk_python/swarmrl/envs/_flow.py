@@ -80,11 +80,13 @@ def splits_record(runner: Runner, evaluate_test: bool) -> dict[str, Any]:
     return out
 
 
-async def evaluate_once(runner: Runner, name: str, split: Split, *,
+async def evaluate_once(runner: Runner, name: str | None, split: Split, *,
                         limit: int | None = None, k: int = 1,
                         checkpoint: bool = False) -> dict[str, Any]:
-    """One pinned evaluation (and, with `checkpoint`, a checkpoint under the same hold)."""
-    async with runner.pinned(f"{split} evaluation {name}") as version:
+    """One pinned evaluation (and, with `checkpoint`, a checkpoint under the same hold);
+    `name` None names it after the version it pinned ("v12")."""
+    async with runner.pinned(f"{split} evaluation {name or ''}") as version:
+        name = name or f"v{version}"
         report = await runner.evaluate(split, k=k, limit=limit)
         path, why = await _checkpoint(runner) if checkpoint else (None, "")
     print(f"[{name}] {report}", flush=True)
@@ -117,8 +119,7 @@ async def train_and_test(runner: Runner, card: dict[str, Any], save: Callable[[]
         card["train"] = total.as_dict()
         save()
         if val and eval_every and not budget.spent:
-            version = await runner.policy_version()
-            evals.append(await evaluate_once(runner, f"v{version}", "val", limit=eval_limit,
+            evals.append(await evaluate_once(runner, None, "val", limit=eval_limit,
                                              checkpoint=True))
             save()
         if stretch.groups + stretch.groups_aborted == 0:
