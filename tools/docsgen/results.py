@@ -86,9 +86,11 @@ def _card_rows(cards: list[dict[str, Any]]) -> str:
         card = json.loads((RESULTS / r["file"]).read_text())
         vals = [e for e in card.get("evals", []) if e["split"] == "val"]
         selected = card.get("selected", {})
-        test = card.get("test", {})
+        test = card.get("test") or next(
+            (e for e in card.get("evals", []) if e["split"] == "test"), {})
         rows.append([r.get("title", r["id"]), _figure(vals[0]["figures"] if vals else None),
-                     f"{selected.get('name', '')}: {_figure(selected.get('val_figures'))}",
+                     f"{selected['name']}: {_figure(selected.get('val_figures'))}"
+                     if selected else "",
                      _figure(test.get("figures")), f"v{test.get('pinned_version', '')}",
                      card.get("train", {}).get("groups", ""),
                      f"{card.get('wall_s', 0) / 60:.0f} min",
