@@ -92,7 +92,7 @@ def _refuse(field_name: str, rule: str) -> _Abort:
 
 
 def check_sampling(sampling: types_pb2.SamplingParams) -> None:
-    """The server's sampling rule (`swarmrl_server.limits.check_sampling`, as
+    """The server's sampling rule (the server package's `limits.check_sampling`, as
     `episodes.resolve` applies it): the same checks in the same order, naming the same
     field with the same message, on the values sent (defaults filled in).
 
