@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from swarmrl_server.config import ModelSpec, ServerConfig
-from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest
 from swarmrl_server.errors import Reason, SwarmError
 from swarmrl_server.hosting import ModelHost

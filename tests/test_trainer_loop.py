@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from swarmrl_server.config import ModelSpec, ServerConfig
-from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.security import IN_PROCESS
