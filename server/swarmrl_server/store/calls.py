@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from swarmrl_server.store.core import StoreCore
@@ -36,11 +38,11 @@ class CallQueries(StoreCore):
             batch, self._call_batch = self._call_batch, []
             calls = [call for call, _ in batch]
             try:
-                await self._write(lambda c, calls=calls: c.executemany(INSERT_CALL, map(call_row, calls)))
+                await self._write(_insert(calls))
             except Exception:  # noqa: BLE001 - isolate the failing row(s)
                 for call, future in batch:
                     try:
-                        await self._write(lambda c, call=call: c.execute(INSERT_CALL, call_row(call)))
+                        await self._write(_insert([call]))
                     except Exception as exc:  # noqa: BLE001 - handed to that caller
                         if not future.done():
                             future.set_exception(exc)
@@ -51,3 +53,8 @@ class CallQueries(StoreCore):
             for _, future in batch:
                 if not future.done():
                     future.set_result(None)
+
+
+def _insert(calls: Sequence[CallRecord]) -> Callable[[sqlite3.Connection], object]:
+    """The statements that insert `calls` (in one transaction, by `_write`)."""
+    return lambda c: c.executemany(INSERT_CALL, map(call_row, calls))

@@ -152,7 +152,7 @@ class HFEngine(Engine):
         self._interrupting = False
         """An interrupting update waits: the running wave ends at its next token."""
         self._applied_at = 0.0
-        self.last_sync: SyncTimes | None = None
+        self._last_sync: SyncTimes | None = None
         """Where the last weight update's time went (`resume_s` fills in when the rows it
         interrupted produce their next token)."""
 
@@ -307,7 +307,7 @@ class HFEngine(Engine):
                 taken = time.perf_counter()
                 errors = [self._load(update) for update in updates]
                 self._applied_at = time.perf_counter()
-                self.last_sync = SyncTimes(  # before the callers hear of it
+                self._last_sync = SyncTimes(  # before the callers hear of it
                     drain_s=taken - min(u.queued_at for u in updates),
                     reload_s=self._applied_at - taken, interrupted=interrupted)
                 for update, error in zip(updates, errors):
@@ -458,8 +458,8 @@ class HFEngine(Engine):
         """Rows back from an interruption made their first token: the sync is over."""
         for r in rows:
             r.resumed = False
-        if self.last_sync is not None:
-            self.last_sync.resume_s = max(self.last_sync.resume_s,
+        if self._last_sync is not None:
+            self._last_sync.resume_s = max(self._last_sync.resume_s,
                                           time.perf_counter() - self._applied_at)
 
     def _sample_and_emit(

@@ -154,7 +154,8 @@ class VLLMServer:
                          text=True)
 
     async def weight_version(self) -> str | None:
-        return (await self._call("GET", "/weight_info")).get("weight_version")
+        version = (await self._call("GET", "/weight_info")).get("weight_version")
+        return None if version is None else str(version)
 
     async def inflight(self) -> int:
         """Requests the server runs or queues now (from its Prometheus metrics)."""
