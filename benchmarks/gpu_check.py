@@ -184,7 +184,7 @@ def main() -> int:
     # Weight sync: the trained weights into a serving engine.
     state = {k: v.detach() for k, v in model.state_dict().items()}
     try:
-        from swarmrl_server.engine.hf import HFEngine
+        from swarmrl_server.engine.hf.engine import HFEngine
 
         engine = HFEngine.from_pretrained("m", path)
         engine.model.to(dev)

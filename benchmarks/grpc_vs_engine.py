@@ -33,7 +33,7 @@ from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc  # noqa: E402
 from swarmrl_proto.v1 import types_pb2 as t_pb  # noqa: E402
 from swarmrl_server.config import default_torch_threads  # noqa: E402
 from swarmrl_server.engine.base import GenerationOutput, SamplingParams  # noqa: E402
-from swarmrl_server.engine.hf import HFEngine  # noqa: E402
+from swarmrl_server.engine.hf.engine import HFEngine  # noqa: E402
 from swarmrl_server.models import resolve_model  # noqa: E402
 from tests.helpers import ServerProcess  # noqa: E402
 

@@ -3,9 +3,9 @@
 One decode step of `--batch` left-padded rows over T cached positions, three ways, in
 one run and interleaved (`--repeats` rounds), so machine noise hits all alike:
   - `sdpa`: transformers' `sdpa` attention and `DynamicCache` (what a plain model does);
-  - `+gqa`: the engine's attention (`engine.hf_attention`: grouped kv heads read in
+  - `+gqa`: the engine's attention (`engine.hf.attention`: grouped kv heads read in
     place instead of expanded per query head);
-  - `+gqa+grow`: also the engine's cache (`engine.hf_batch.GrowingLayer`: appends in
+  - `+gqa+grow`: also the engine's cache (`engine.hf.batch.GrowingLayer`: appends in
     place instead of `torch.cat`).
 Each variant's logits are checked against `sdpa`'s (max abs difference printed).
 
@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from swarmrl_server.config import default_torch_threads  # noqa: E402
-from swarmrl_server.engine.hf_attention import use_gqa_sdpa  # noqa: E402
-from swarmrl_server.engine.hf_batch import new_cache  # noqa: E402
+from swarmrl_server.engine.hf.attention import use_gqa_sdpa  # noqa: E402
+from swarmrl_server.engine.hf.batch import new_cache  # noqa: E402
 from swarmrl_server.models import load_model, resolve_model  # noqa: E402
 
 VARIANTS = ("sdpa", "+gqa", "+gqa+grow")

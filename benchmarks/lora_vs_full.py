@@ -143,7 +143,7 @@ async def _both(engine: Any, full: dict[str, torch.Tensor], adapter: Any, key: s
 
 async def sync_side_by_side(path: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from swarmrl_server.engine.adapter import LoraSlots
-    from swarmrl_server.engine.hf import HFEngine
+    from swarmrl_server.engine.hf.engine import HFEngine
 
     full, adapter = _weights(path)
     results: dict[str, dict[str, float]] = {"full": {}, "lora": {}}
@@ -156,7 +156,7 @@ async def sync_side_by_side(path: Path, args: argparse.Namespace) -> dict[str, d
     print(f"hf syncs: {results}", flush=True)
     if not args.vllm:
         return results
-    from swarmrl_server.engine.vllm import VLLMEngine
+    from swarmrl_server.engine.vllm.engine import VLLMEngine
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = VLLMEngine("base", path, log_dir=Path(tmp), weights_dir=Path(tmp) / "w",

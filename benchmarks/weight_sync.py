@@ -198,11 +198,11 @@ async def main() -> None:
     for name in args.engines.split(","):
         engine: Engine
         if name == "hf":
-            from swarmrl_server.engine.hf import HFEngine
+            from swarmrl_server.engine.hf.engine import HFEngine
 
             engine = HFEngine.from_pretrained("hf", model_dir, max_batch_size=args.clients)
         else:
-            from swarmrl_server.engine.vllm import VLLMEngine
+            from swarmrl_server.engine.vllm.engine import VLLMEngine
 
             work = Path(tempfile.mkdtemp(prefix="weight-sync-"))
             engine = VLLMEngine("vllm", model_dir, python=args.vllm_python, log_dir=work,

@@ -57,7 +57,7 @@ def vllm_lora_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 def launch_vllm(model_dir: Path, log_dir: Path, max_model_len: int = MAX_LEN, **kwargs: Any
                 ) -> Iterator[str]:
     """Starts `vllm serve` exactly as `LaunchedServer` does, yields its URL, stops it."""
-    from swarmrl_server.engine.vllm_server import LaunchedServer
+    from swarmrl_server.engine.vllm.server import LaunchedServer
 
     if not VLLM_PYTHON.exists():  # a failure, not a skip: `make test` builds it
         pytest.fail(f"no vLLM venv at {VLLM_PYTHON}: run `make vllm-venv`")
@@ -92,7 +92,7 @@ async def make_engine(kind: str, model_dir: Path, vllm_url: str = "", **kwargs: 
     """A started engine named `kind` ("hf", "echo" or "vllm", attached to `vllm_url`)."""
     engine: Engine
     if kind == "hf":
-        from swarmrl_server.engine.hf import HFEngine
+        from swarmrl_server.engine.hf.engine import HFEngine
 
         engine = HFEngine.from_pretrained(kind, model_dir, max_model_len=MAX_LEN, **kwargs)
     elif kind == "echo":
@@ -100,7 +100,7 @@ async def make_engine(kind: str, model_dir: Path, vllm_url: str = "", **kwargs: 
 
         engine = EchoEngine.from_pretrained(kind, model_dir, max_model_len=MAX_LEN, **kwargs)
     elif kind == "vllm":
-        from swarmrl_server.engine.vllm import VLLMEngine
+        from swarmrl_server.engine.vllm.engine import VLLMEngine
 
         engine = VLLMEngine(kind, model_dir, urls=[vllm_url], **kwargs)  # type: ignore[arg-type]
     else:

@@ -33,7 +33,7 @@ async def http_server(tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -
 @pytest.fixture
 async def scripted_server(tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> AsyncIterator[Any]:
     """A server whose model "tiny" replies with `running.script.replies`, in order."""
-    from swarmrl_server.engine.hf import HFEngine
+    from swarmrl_server.engine.hf.engine import HFEngine
     from swarmrl_server.hosting import ModelHost
 
     engine = ScriptedEngine(HFEngine.from_pretrained("tiny", tiny_model_dir))

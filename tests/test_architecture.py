@@ -31,7 +31,7 @@ from tests.helpers import REPO
 S = "swarmrl_server."
 LAYERS: list[tuple[str, ...]] = [
     ("cli", "study"),  # commands
-    ("app",),  # builds and wires one server
+    ("app", "wiring"),  # builds and wires one server (wiring: trainers to the swarm)
     ("grpc", "http"),  # the front doors: independent of each other
     ("observe.live", "observe.plots", "observe.viewer"),  # what the doors show
     ("scale",),  # placement: engine replicas and trainer workers on Ray
@@ -50,6 +50,13 @@ layer or the ones below it (along the data flow: commands, app, doors, swarm, ep
 engine and timelines, store)."""
 
 INDEPENDENT = {("grpc", "http")}
+
+APART: dict[str, tuple[str, ...]] = {
+    # The trainer sees the server only through its port (trainer.port), the swarm sees a
+    # trainer only as a hosting.TrainerHandle; swarmrl_server.wiring joins the two.
+    "trainer": ("swarm", "hosting"),
+}
+"""Packages kept apart, by any chain of imports, whatever their layers allow."""
 
 KNOWN: dict[str, set[tuple[str, ...]]] = {
     # Circles among modules, by their members.
@@ -152,6 +159,21 @@ def test_no_import_up_the_layers() -> None:
         found[(dep.importer.removeprefix(S), dep.imported.removeprefix(S))] = routes
     # A new breach: import downwards instead (pass the thing in from above).
     assert set(found) == KNOWN["layers"], found
+
+
+@pytest.mark.parametrize("importer, imported",
+                         [(a, b) for a, bs in APART.items() for b in bs])
+def test_kept_apart(importer: str, imported: str) -> None:
+    chain = graph().find_shortest_chain(importer=S + importer, imported=S + imported,
+                                        as_packages=True)
+    assert chain is None, chain
+
+
+def test_kept_apart_sees_a_chain() -> None:
+    """The check above can fail: the app does reach the trainer and the swarm."""
+    for imported in ("trainer", "swarm"):
+        assert graph().find_shortest_chain(importer=S + "wiring", imported=S + imported,
+                                           as_packages=True)
 
 
 def imports_of(prefix: str) -> Iterator[tuple[str, str]]:

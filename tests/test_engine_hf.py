@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
-from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.engine.text import TextStream
 from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest, resolve
 from swarmrl_server.errors import SwarmError

@@ -43,7 +43,7 @@ def test_kinds_are_registered_once_with_their_resources() -> None:
 def test_the_vllm_builder_attaches_and_writes_under_the_work_dir(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    from swarmrl_server.engine.vllm import VLLMEngine
+    from swarmrl_server.engine.vllm.engine import VLLMEngine
 
     options = EngineOptions(name="m", path=tiny_model_dir, urls=("http://127.0.0.1:9",),
                             work_dir=tmp_path, trainable=True)

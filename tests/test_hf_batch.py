@@ -1,4 +1,4 @@
-"""HFEngine's batch tensors (`engine.hf_batch`) and attention (`engine.hf_attention`):
+"""HFEngine's batch tensors (`engine.hf.batch`) and attention (`engine.hf.attention`):
 rows joined into a running batch, trimmed when the longest leave, prefilled in length
 buckets, and decoded with an in-place cache each see exactly what a forward pass of
 their own context computes;
@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
-from swarmrl_server.engine.hf import HFEngine
-from swarmrl_server.engine.hf_attention import use_gqa_sdpa
-from swarmrl_server.engine.hf_batch import Batch, buckets
+from swarmrl_server.engine.hf.attention import use_gqa_sdpa
+from swarmrl_server.engine.hf.batch import Batch, buckets
+from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.models import load_model
 
 

@@ -28,7 +28,7 @@ import torch
 
 from swarmrl_server.engine.base import Engine, GenerationChunk, GenerationOutput, SamplingParams
 from swarmrl_server.engine.echo import EchoEngine
-from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.models import load_model
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12]

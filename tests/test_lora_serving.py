@@ -18,7 +18,7 @@ from swarmrl_server.app import RunningServer, start_server
 from swarmrl_server.config import ModelSpec, ServerConfig
 from swarmrl_server.engine.adapter import AdapterEngine
 from swarmrl_server.engine.base import SamplingParams
-from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
 from tests.test_trainer_vllm import PROMPT, run

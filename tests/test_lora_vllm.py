@@ -22,7 +22,7 @@ from swarmrl_server.app import RunningServer, start_server
 from swarmrl_server.config import ModelSpec, ServerConfig
 from swarmrl_server.engine.adapter import AdapterEngine
 from swarmrl_server.engine.base import SamplingParams
-from swarmrl_server.engine.vllm import VLLMEngine
+from swarmrl_server.engine.vllm.engine import VLLMEngine
 from swarmrl_server.security import IN_PROCESS
 from tests.engine_fixtures import random_adapters
 from tests.helpers import assert_eventually

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from swarmrl_server.config import ModelSpec, ServerConfig
-from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest
 from swarmrl_server.errors import Reason, SwarmError
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.swarm import Swarm
-from swarmrl_server.trainer.attach import attach_trainers
 from swarmrl_server.trainer.workers import LocalGroup
+from swarmrl_server.wiring import attach_trainers
 from tests.helpers import assert_eventually, wait_for_step
 from tests.test_trainer_common import MODEL, group_of, insert_episodes
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from swarmrl_server.engine.base import Engine, GenerationOutput, SamplingParams
-from swarmrl_server.engine.hf import HFEngine
+from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.errors import Code, Reason, SwarmError
 from swarmrl_server.scale.router import ReplicaDied, Router
 

@@ -1,7 +1,7 @@
 """The trainer's own layers (docs/explanation/architecture.md, "Inside the trainer"), read from its
 imports with grimp, as tests/test_architecture.py reads the server's: a trainer module
 imports only from its own layer or the ones below, and nothing in the trainer reaches
-the swarm, the doors or Ray placement except `attach`, which wires a trainer to a swarm.
+the swarm, the doors or Ray placement (`swarmrl_server.wiring` wires a trainer to a swarm).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from tests.test_architecture import graph
 
 T = "swarmrl_server.trainer."
 TRAINER_LAYERS: list[tuple[str, ...]] = [
-    ("attach",),  # builds each trainer's port from a started swarm
     ("trainer",),  # the loop: batches, drops, steps, pushes weights, checkpoints
     ("workers", "distributed"),  # worker groups: in-process, and one FSDP2 worker
     ("step", "setup", "breakdown", "sft"),  # one step; where the model is built
@@ -36,11 +35,11 @@ def test_trainer_modules_import_only_downwards() -> None:
     assert not {(d.importer, d.imported) for d in illegal}
 
 
-def test_only_attach_sees_the_swarm() -> None:
+def test_nothing_in_the_trainer_sees_the_swarm() -> None:
     reaching = {
         (m.removeprefix(T), d) for m in graph().modules if m.startswith(T)
         for d in graph().find_modules_directly_imported_by(m)
         if any(d == f"swarmrl_server.{top}" or d.startswith(f"swarmrl_server.{top}.")
                for top in ABOVE_THE_TRAINER)
     }
-    assert {m for m, _ in reaching} <= {"attach"}, reaching
+    assert not reaching

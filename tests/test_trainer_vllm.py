@@ -13,8 +13,8 @@ import torch
 
 import swarmrl
 from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
-from swarmrl_server.engine.vllm import VLLMEngine
-from swarmrl_server.engine.vllm_server import VLLMServer
+from swarmrl_server.engine.vllm.engine import VLLMEngine
+from swarmrl_server.engine.vllm.server import VLLMServer
 from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest, resolve_sampling
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.security import IN_PROCESS

@@ -1,5 +1,5 @@
 """A launched `vllm serve` (the real one, from .venv-vllm) killed mid-call: the call in
-flight fails with UNAVAILABLE (retryable; engine/vllm.py's docstring, "A launched server
+flight fails with UNAVAILABLE (retryable; engine/vllm/engine.py's docstring, "A launched server
 that dies"), the server is restarted, gets the latest synced weights back before it
 serves again, and then serves exactly those weights (logprobs equal a transformers
 recompute to 1e-4); the same for a LoRA server, whose latest adapter is loaded again.
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from swarmrl_server.engine.base import Engine, GenerationChunk, GenerationOutput, SamplingParams
-from swarmrl_server.engine.vllm import VLLMEngine
-from swarmrl_server.engine.vllm_server import LaunchedServer
+from swarmrl_server.engine.vllm.engine import VLLMEngine
+from swarmrl_server.engine.vllm.server import LaunchedServer
 from swarmrl_server.errors import Code, SwarmError
 from tests.engine_fixtures import LONG_CONTEXT, VLLM_PYTHON, random_adapters
 from tests.helpers import assert_eventually

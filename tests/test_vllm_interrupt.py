@@ -31,7 +31,7 @@ import pytest
 import torch
 
 from swarmrl_server.engine.base import Engine, GenerationOutput, SamplingParams
-from swarmrl_server.engine.vllm import VLLMEngine
+from swarmrl_server.engine.vllm.engine import VLLMEngine
 from tests.engine_fixtures import LONG_CONTEXT, launch_vllm, random_adapters
 from tests.test_interrupt import PROMPT, assert_spans_exact, run_call, versions
 

@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from swarmrl_server.engine.vllm_server import LaunchedServer
+from swarmrl_server.engine.vllm.server import LaunchedServer
 from tests.helpers import assert_eventually
 
 STUB = Path(__file__).with_name("stub_vllm.py")

@@ -100,8 +100,8 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
     swarm = Swarm(hosts, data_dir=config.data_dir, policy=policy)
     await swarm.start()
     if config.train:
-        from swarmrl_server.trainer.attach import attach_trainers
         from swarmrl_server.trainer.workers import GroupFactory, LocalGroup
+        from swarmrl_server.wiring import attach_trainers
 
         start_group: GroupFactory = LocalGroup
         if config.ray:  # more than one worker of a model become Ray actors

@@ -9,6 +9,10 @@ is a training choice, so it is said where training is configured (per model with
 `a.lora_rank=8`), not in the model spec: the spec says what a model is, and a base shared
 by adapters needs no spelling of its own. With Ray, every replica holds its own base and
 adapter, and the router pushes each new adapter version to all of them.
+
+A host's trainer is seen here, and by everything that reaches it through a host (the
+swarm, the live snapshot), only as a `TrainerHandle`: what they call of it, no more. The
+trainer package never imports this module; `swarmrl_server.wiring` sets `host.trainer`.
 """
 
 from __future__ import annotations
@@ -16,13 +20,82 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from swarmrl_server.config import ModelSpec, ServerConfig
 from swarmrl_server.engine.adapter import AdapterEngine, LoraSlots, LoraSpec
 from swarmrl_server.engine.base import Engine
 from swarmrl_server.engine.registry import EngineOptions, build_engine
 from swarmrl_server.models import resolve_model
+from swarmrl_server.store.records import EpisodeRecord
+
+
+class TrainerSettings(Protocol):
+    """The settings of a trainer the live snapshot shows (`trainer.config.TrainerConfig`)."""
+
+    @property
+    def batch_rule(self) -> str: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def group_size(self) -> int: ...
+
+    @property
+    def max_steps(self) -> int:
+        """0: no limit."""
+        ...
+
+
+class TrainerHandle(Protocol):
+    """What the server calls of a model's trainer (`trainer.trainer.Trainer`): episodes
+    in, clients' done declarations, checkpoints, holds and restores for the admin, its
+    progress for the live snapshot and the gauges, and its stop."""
+
+    @property
+    def name(self) -> str:
+        """The model it trains."""
+        ...
+
+    @property
+    def config(self) -> TrainerSettings: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def policy_version(self) -> int: ...
+
+    @property
+    def error(self) -> BaseException | None:
+        """What stopped its loop, if anything did."""
+        ...
+
+    @property
+    def pending(self) -> int:
+        """Ended episodes waiting for a batch."""
+        ...
+
+    def pending_records(self) -> list[EpisodeRecord]: ...
+
+    def notify_episode_ended(self, record: EpisodeRecord) -> None: ...
+
+    def declare_done(self, session_id: str) -> None: ...
+
+    async def save_checkpoint(self) -> Path: ...
+
+    async def hold(self, holder: str, reason: str) -> tuple[int, int]:
+        """Holds training (and the model's generation) for `holder`: (version, step)."""
+        ...
+
+    def release(self, holder: str) -> None: ...
+
+    async def restore(self, path: Path) -> tuple[int, int]:
+        """Back to the checkpoint at `path`: (version, step) after it."""
+        ...
+
+    async def stop(self) -> None: ...
 
 
 @dataclass
@@ -36,8 +109,8 @@ class ModelHost:
     path: Path | None = None
     """Directory of the weights in HF format (the trainer loads its own copy from it)."""
     trainable: bool = False
-    trainer: Any = None
-    """The model's trainer when trainable (see swarmrl_server.trainer)."""
+    trainer: TrainerHandle | None = None
+    """The model's trainer when trainable and training (set by `swarmrl_server.wiring`)."""
 
     @property
     def tokenizer(self) -> Any:

@@ -23,7 +23,7 @@ from swarmrl_server.episodes.resolve import GenerationPolicy
 from swarmrl_server.episodes.sessions import SessionTable
 from swarmrl_server.errors import Reason, invalid, not_found, precondition
 from swarmrl_server.events import EventLog
-from swarmrl_server.hosting import ModelHost
+from swarmrl_server.hosting import ModelHost, TrainerHandle
 from swarmrl_server.observe.telemetry import GaugeSample, Telemetry
 from swarmrl_server.pauses import ADMIN, Pauses
 from swarmrl_server.security import IN_PROCESS, EpisodeKeys, Principal, load_secret
@@ -205,14 +205,14 @@ class Swarm:
             raise invalid("path", str(err)) from None
         return trainer.name, version, step
 
-    def _one_trainer(self, model: str, action: str) -> Any:
+    def _one_trainer(self, model: str, action: str) -> TrainerHandle:
         """The trainer of `model`, or the only trainable model's when `model` is empty."""
         trainers = self._trainers(model, action)
         if len(trainers) > 1:
             raise invalid("model", f"several models train here: name the one to {action}")
         return trainers[0]
 
-    def _trainers(self, model: str, action: str) -> list[Any]:
+    def _trainers(self, model: str, action: str) -> list[TrainerHandle]:
         """The trainer of `model`, or of every trainable model when `model` is empty."""
         if model and model not in self.models:
             raise not_found(Reason.MODEL_NOT_FOUND, "model", model)

@@ -206,7 +206,7 @@ class AdapterEngine(Engine):
         await self._server.load_adapter(self.name, adapter, policy_version, interrupt=interrupt)
         self.last_sync_bytes = adapter.nbytes
 
-    @property  # type: ignore[override]
+    @property
     def last_sync(self) -> SyncTimes | None:
         """The base engine's: it does the load."""
         return self.base.last_sync

@@ -182,9 +182,13 @@ class Engine(abc.ABC):
     """Refuses sampling under top_p < 1: its recorded logprobs would be the renormalised
     nucleus's, which training cannot recompute (a trainable model on vLLM). Applied with
     the other sampling rules in `episodes.resolve`, before a call reaches the engine."""
-    last_sync: SyncTimes | None = None
-    """Where the latest weight sync's time went; None before one (or for an engine that
-    does not measure it)."""
+    _last_sync: SyncTimes | None = None
+
+    @property
+    def last_sync(self) -> SyncTimes | None:
+        """Where the latest weight sync's time went; None before one (or for an engine that
+        does not measure it)."""
+        return self._last_sync
 
     @property
     @abc.abstractmethod

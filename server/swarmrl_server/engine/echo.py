@@ -202,7 +202,7 @@ class EchoEngine(Engine):
             spans.at(version, step)
             cands = []
             if matcher is not None:
-                cands = self._grammar_candidates(matcher, pool, step)  # type: ignore[union-attr]
+                cands = self._grammar_candidates(matcher, pool, step)
             if (matcher is None and step >= self.reply_tokens) or self.eos_token_ids[0] in cands:
                 token, lp, alts = self.eos_token_ids[0], 0.0, [(self.eos_token_ids[0], 0.0)]
             else:

@@ -97,12 +97,13 @@ class GrammarCompiler:
     def mask_(self, matchers: Sequence[Any | None], logits_B_V: torch.Tensor) -> None:
         """Sets the logits of tokens each row's grammar forbids to -inf, in place
         (rows whose matcher is None are left alone)."""
-        rows = [i for i, m in enumerate(matchers) if m is not None]
-        if not rows:
+        constrained = [(i, m) for i, m in enumerate(matchers) if m is not None]
+        if not constrained:
             return
+        rows = [i for i, _ in constrained]
         bitmask_B_W = self._xgr.allocate_token_bitmask(len(logits_B_V), self.vocab_size)
-        for i in rows:
-            matchers[i].fill_next_token_bitmask(bitmask_B_W, i)
+        for i, matcher in constrained:
+            matcher.fill_next_token_bitmask(bitmask_B_W, i)
         # Rows without a grammar are skipped by passing only the constrained indices.
         self._xgr.apply_token_bitmask_inplace(
             logits_B_V, bitmask_B_W, vocab_size=self.vocab_size, indices=rows

@@ -108,7 +108,7 @@ def build_engine(kind: str, options: EngineOptions) -> Engine:
 
 
 def _hf(o: EngineOptions) -> Engine:
-    from swarmrl_server.engine.hf import HFEngine
+    from swarmrl_server.engine.hf.engine import HFEngine
 
     return HFEngine.from_pretrained(o.name, o.path, max_batch_size=o.max_batch_size)
 
@@ -116,7 +116,7 @@ def _hf(o: EngineOptions) -> Engine:
 def _vllm(o: EngineOptions) -> Engine:
     """As `swarmrl serve --engine vllm` builds it: logs and synced weights under
     `<work_dir>/vllm`."""
-    from swarmrl_server.engine.vllm import VLLMEngine
+    from swarmrl_server.engine.vllm.engine import VLLMEngine
 
     work = (o.work_dir or Path.cwd() / "runs") / "vllm"
     return VLLMEngine(o.name, o.path, urls=o.urls, python=o.vllm_python, log_dir=work,

@@ -143,7 +143,7 @@ def resolve_prompt(
         rendered = render_prompt(
             host.tokenizer, messages, tools, earlier_calls, engine.eos_token_ids
         )
-        chat = {"messages": messages, "tools": tools or None, "reply": None,
+        chat: dict[str, Any] = {"messages": messages, "tools": tools or None, "reply": None,
                 "fork_reason": rendered.fork_reason}
         if annotations:
             chat["annotations"] = annotations

@@ -8,11 +8,12 @@ ADMIN_ONLY. Health checks and reflection stay open so probes and tools work with
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import grpc
 
+from swarmrl_server.grpc.handlers import Context, Continuation, Handler, Interceptor
 from swarmrl_server.security import ANONYMOUS, KeyRing, Principal, bearer_token
 
 OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
@@ -41,15 +42,15 @@ def bearer(metadata: Iterable[tuple[str, Any]] | None) -> str:
     return ""
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
+class AuthInterceptor(Interceptor):
     def __init__(self, keys: KeyRing) -> None:
         self._keys = keys
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler:
         method = details.method
         if method.startswith(OPEN_PREFIXES):
             return await continuation(details)
@@ -61,8 +62,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return await continuation(details)
 
 
-def _deny(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
-    async def abort(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+def _deny(code: grpc.StatusCode, message: str) -> Handler:
+    async def abort(request: Any, context: Context) -> Any:
         await context.abort(code, message)
 
     return grpc.unary_unary_rpc_method_handler(abort)

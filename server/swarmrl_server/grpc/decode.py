@@ -15,10 +15,17 @@ from typing import Any
 
 import grpc
 from google.protobuf import descriptor as pb_descriptor
-from google.protobuf import symbol_database
+from google.protobuf import descriptor_pool
 
 from swarmrl_server.errors import invalid
 from swarmrl_server.grpc.errors import to_status
+from swarmrl_server.grpc.handlers import (
+    Context,
+    Continuation,
+    Handler,
+    Interceptor,
+    abort_with_status,
+)
 
 
 @dataclass(frozen=True)
@@ -41,10 +48,7 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _repeated(field: pb_descriptor.FieldDescriptor) -> bool:
-    flag = getattr(field, "is_repeated", None)  # protobuf >= 6 drops `label`
-    if flag is not None:
-        return bool(flag() if callable(flag) else flag)
-    return bool(field.label == field.LABEL_REPEATED)
+    return field.is_repeated  # protobuf >= 6 drops `label`
 
 
 def find_bad_field(desc: pb_descriptor.Descriptor, buf: bytes, path: str = "") -> tuple[str, str]:
@@ -83,7 +87,8 @@ def find_bad_field(desc: pb_descriptor.Descriptor, buf: bytes, path: str = "") -
                         chunk.decode("utf-8")
                     except UnicodeDecodeError:
                         return where, "is not valid UTF-8"
-                elif field is not None and field.type == field.TYPE_MESSAGE:
+                elif (field is not None and field.type == field.TYPE_MESSAGE
+                      and field.message_type is not None):
                     found = find_bad_field(field.message_type, chunk, where)
                     if found[0]:
                         return found
@@ -117,14 +122,14 @@ def _safe(deserializer: Callable[[bytes], Any], method: str) -> Callable[[bytes]
 def _request_descriptor(method: str) -> pb_descriptor.Descriptor | None:
     try:
         service, name = method.lstrip("/").rsplit("/", 1)
-        pool = symbol_database.Default().pool
+        pool = descriptor_pool.Default()  # where the generated modules register
         return pool.FindServiceByName(service).methods_by_name[name].input_type
     except (KeyError, ValueError):
         return None
 
 
-async def _refuse(context: grpc.aio.ServicerContext[Any, Any], bad: _Undecodable) -> None:
-    await context.abort_with_status(to_status(invalid(bad.field, bad.detail)))
+async def _refuse(context: Context, bad: _Undecodable) -> None:
+    await abort_with_status(context, to_status(invalid(bad.field, bad.detail)))
 
 
 def _wrap_unary(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -146,14 +151,14 @@ def _wrap_stream(fn: Callable[..., Any]) -> Callable[..., Any]:
     return handler
 
 
-class DecodeInterceptor(grpc.aio.ServerInterceptor):
+class DecodeInterceptor(Interceptor):
     """Makes undecodable unary requests INVALID_ARGUMENT instead of UNKNOWN."""
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler:
         handler = await continuation(details)
         if handler is None or handler.request_deserializer is None or handler.request_streaming:
             return handler

@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from swarmrl_server.errors import DOMAIN, Code, SwarmError, internal
+from swarmrl_server.grpc.handlers import Context, abort_with_status
 
 log = structlog.get_logger("swarmrl.grpc")
 
@@ -30,7 +32,7 @@ STATUS: dict[Code, grpc.StatusCode] = {code: grpc.StatusCode[code.name] for code
 
 
 def to_status(err: SwarmError) -> grpc.Status:
-    details = []
+    details: list[Message] = []
     info = error_details_pb2.ErrorInfo(reason=err.reason.value, domain=DOMAIN, metadata=err.metadata)
     details.append(info)
     if err.field is not None:
@@ -57,12 +59,12 @@ def to_status(err: SwarmError) -> grpc.Status:
     )
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException, method: str) -> None:
+async def _abort(context: Context, exc: BaseException, method: str) -> None:
     if isinstance(exc, SwarmError):
         log.debug("rpc_error", method=method, code=exc.code.name, reason=exc.reason.value)
-        await context.abort_with_status(to_status(exc))
+        await abort_with_status(context, to_status(exc))
     log.exception("rpc_internal_error", method=method)
-    await context.abort_with_status(to_status(internal(f"internal error in {method}")))
+    await abort_with_status(context, to_status(internal(f"internal error in {method}")))
 
 
 def translate_errors(fn: F) -> F:

@@ -9,11 +9,12 @@ interceptor as well.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
+from swarmrl_server.grpc.handlers import Continuation, Handler, Interceptor
 from swarmrl_server.logs import new_request_id, request_scope
 from swarmrl_server.observe.telemetry import Telemetry, request_timer
 
@@ -37,15 +38,15 @@ def _code(context: Any, exc: BaseException | None) -> tuple[str, str]:
     return name, context.details() or ""
 
 
-class ObserveInterceptor(grpc.aio.ServerInterceptor):
+class ObserveInterceptor(Interceptor):
     def __init__(self, telemetry: Telemetry) -> None:
         self._telemetry = telemetry
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler:
         handler = await continuation(details)
         if handler is None or details.method.startswith("/grpc."):
             return handler  # health and reflection: not ours to count

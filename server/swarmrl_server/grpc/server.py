@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -18,6 +18,7 @@ from swarmrl_proto.v1 import (
 )
 from swarmrl_server.grpc.auth import AuthInterceptor
 from swarmrl_server.grpc.decode import DecodeInterceptor
+from swarmrl_server.grpc.handlers import Interceptor
 from swarmrl_server.grpc.observe import ObserveInterceptor
 from swarmrl_server.grpc.servicers import AdminServicer, EpisodeServicer, SessionServicer
 from swarmrl_server.security import KeyRing
@@ -48,10 +49,23 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
+class HealthStatus(Protocol):
+    """What the server does with grpc_health's asyncio servicer: sets a service's status."""
+
+    async def set(self, service: str,
+                  status: health_pb2.HealthCheckResponse.ServingStatus.ValueType) -> None: ...
+
+
+def _health_servicer() -> Any:
+    """grpc_health's asyncio servicer (`health.aio.HealthServicer`), which its stubs leave
+    out: Any at that boundary (registered on the server, then used as a `HealthStatus`)."""
+    return vars(health)["aio"].HealthServicer()
+
+
 class SwarmGrpcServer:
     """A started gRPC server bound to one address."""
 
-    def __init__(self, server: grpc.aio.Server, port: int, health_servicer: health.aio.HealthServicer) -> None:
+    def __init__(self, server: grpc.aio.Server, port: int, health_servicer: HealthStatus) -> None:
         self.server = server
         self.port = port
         self._health = health_servicer
@@ -72,7 +86,7 @@ async def create_server(
 ) -> SwarmGrpcServer:
     """Builds and starts the server on `address` ("host:0" picks a free port)."""
     # Outermost first: the request context and its metrics see refused calls too.
-    interceptors: list[grpc.aio.ServerInterceptor] = [ObserveInterceptor(swarm.telemetry)]
+    interceptors: list[Interceptor] = [ObserveInterceptor(swarm.telemetry)]
     if keys is not None and keys.enabled:
         interceptors.append(AuthInterceptor(keys))
     # Innermost: undecodable requests are INVALID_ARGUMENT naming the field, not UNKNOWN.
@@ -83,7 +97,7 @@ async def create_server(
     episode_service_pb2_grpc.add_EpisodeServiceServicer_to_server(
         EpisodeServicer(swarm, keys), server)
     admin_service_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(swarm), server)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = _health_servicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,

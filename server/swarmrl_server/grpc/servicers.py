@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
 from google.protobuf import duration_pb2
 
 from swarmrl_proto.v1 import admin_service_pb2 as admin_pb
@@ -22,11 +21,10 @@ from swarmrl_server.errors import invalid
 from swarmrl_server.grpc import convert
 from swarmrl_server.grpc.auth import principal_of
 from swarmrl_server.grpc.errors import translate_errors
+from swarmrl_server.grpc.handlers import Context
 from swarmrl_server.observe import live
 from swarmrl_server.security import KeyRing, Principal
 from swarmrl_server.swarm import Swarm
-
-Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:

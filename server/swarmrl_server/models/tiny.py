@@ -241,6 +241,12 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+def _token_id(tokenizer: PreTrainedTokenizerFast, token: str) -> int:
+    found = tokenizer.convert_tokens_to_ids(token)
+    assert isinstance(found, int), token  # one token in, one id out
+    return found
+
+
 def build_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
     """Builds (once) a tiny random Qwen2 chat model with its tokenizer into `out_dir`.
 
@@ -253,7 +259,7 @@ def build_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
         from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
         tokenizer = build_tokenizer()
-        im_end, pad = (tokenizer.convert_tokens_to_ids(t) for t in (IM_END, PAD))
+        im_end, pad = (_token_id(tokenizer, t) for t in (IM_END, PAD))
         config = Qwen2Config(
             vocab_size=len(tokenizer),
             hidden_size=256,

@@ -18,6 +18,8 @@ from google.protobuf import json_format
 from swarmrl_proto.v1 import admin_service_pb2 as admin_pb
 
 if TYPE_CHECKING:
+    from swarmrl_server.hosting import TrainerHandle
+    from swarmrl_server.observe.telemetry import Telemetry
     from swarmrl_server.swarm import Swarm
 
 MAX_EPISODES = 200
@@ -25,7 +27,7 @@ MAX_ERRORS = 20
 LAST_STEP_KEYS = ("reward/mean", "loss/total", "time/step_s", "stale/mean", "merge/compression")
 
 
-def _trainer(trainer: Any, telemetry: Any, name: str) -> admin_pb.LiveTrainer:
+def _trainer(trainer: TrainerHandle, telemetry: Telemetry, name: str) -> admin_pb.LiveTrainer:
     config = trainer.config
     pending_by_task = Counter(r.task_id for r in trainer.pending_records())
     last = telemetry.last_step(name)

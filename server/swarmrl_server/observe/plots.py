@@ -169,9 +169,9 @@ def plot_runs(run_dirs: Sequence[Path], out_dir: Path, *, window: int = 5) -> li
         written.append(fig.save(out_dir / f"reward-{_slug(task)}.png",
                                 [f"mean reward ({task})"], ["reward"]))
     fig = _Figure("training", len(TRAINING), window)
-    for i, (key, _) in enumerate(TRAINING):
+    for i, (keys, _) in enumerate(TRAINING):
         for s in runs:
-            fig.line(i, s.label, *s.values(key))
+            fig.line(i, s.label, *s.values(keys))
     written.append(fig.save(out_dir / "training.png", [t for _, t in TRAINING],
                             [t for _, t in TRAINING]))
     fig = _Figure("timeline merging and packing", 2, window)

@@ -120,7 +120,7 @@ class RayReplica(Engine):
         except Exception:  # a dead replica has nothing to stop
             pass
 
-    async def generate(  # type: ignore[override]
+    async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
         import ray
@@ -183,7 +183,9 @@ def start_replicas(
 
     cls = ray.remote(EngineReplicaActor)
     res = kind.resources
-    actors = [cls.options(num_cpus=res.cpus, num_gpus=res.gpus, max_restarts=max_restarts,
+    # Ray types an actor handle's methods as the class's own (no `.remote`) unless each is
+    # decorated with @ray.method: the handles are Any at that boundary, as in RayReplica.
+    actors: list[Any] = [cls.options(num_cpus=res.cpus, num_gpus=res.gpus, max_restarts=max_restarts,
                           max_concurrency=1000, name=f"swarmrl-{options.name}-{i}-{os.getpid()}")
               .remote(kind.name, options, torch_threads) for i in range(n)]
     infos = ray.get([a.info.remote() for a in actors])

@@ -106,7 +106,7 @@ class Router(Engine):
             self._health = None
         await asyncio.gather(*(r.stop() for r in self.replicas), return_exceptions=True)
 
-    async def generate(  # type: ignore[override]
+    async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
         i = self.pick(params.affinity_key)

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import structlog
 import torch
@@ -80,7 +81,10 @@ class RayGroup:
         addr, port = ray.get(ray.remote(_rendezvous).options(
             num_cpus=0, scheduling_strategy=on(0)).remote(on_loopback()))
         cls = ray.remote(TrainerWorker)
-        self.workers = [
+        # Ray types an actor handle's methods as the class's own (no `.remote`) unless each
+        # is decorated with @ray.method, which would import Ray into the trainer: the
+        # handles are Any at that boundary.
+        self.workers: list[Any] = [
             cls.options(num_cpus=config.worker_cpus, num_gpus=config.worker_gpus,
                         scheduling_strategy=on(i))
             .remote(i, n, addr, port, str(model_path), config.to_dict())

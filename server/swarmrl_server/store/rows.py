@@ -1,7 +1,8 @@
 """Records as SQLite rows and back: the `calls` and `episodes` tables' column order, token
 ids as uint32 and logprobs as float32 blobs (`array`), JSON for lists and maps.
 
-Pure functions: the queries that read and write the rows live in `store.sqlite`.
+Pure functions: the queries that read and write the rows live in `store.sqlite`'s parts
+(`store.episodes`, `store.calls`, ...).
 """
 
 from __future__ import annotations

@@ -9,10 +9,14 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swarmrl_server.study.schema import Study, StudyError, workdir_for
 from swarmrl_server.study.state import RunRecord, StudyRecord, StudyState
 from swarmrl_server.study.validate import load_study
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 EPILOG = """\
 examples:
@@ -46,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def runs_table(study: Study, record: StudyRecord, runs: list[RunRecord]) -> object:
+def runs_table(study: Study, record: StudyRecord, runs: list[RunRecord]) -> Table:
     from rich.table import Table
 
     table = Table(title=f"study {study.name}", title_justify="left")

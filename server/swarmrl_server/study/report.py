@@ -190,7 +190,7 @@ def _proposal_row(p: Proposal) -> list[str]:
     return [str(p.stage), shown, "yes" if p.accepted else "no", p.reason, p.why]
 
 
-HTML = jinja2.Template("""<!doctype html>
+HTML: jinja2.Template = jinja2.Template("""<!doctype html>
 <html><head><meta charset="utf-8"><title>Study {{ name }}</title>
 <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:left}

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -52,6 +52,9 @@ from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.device import Placement
 from swarmrl_server.trainer.setup import build_optimizer, build_policy, grammar_for, reference_for
 from swarmrl_server.trainer.step import EpisodeRows, StepRunner, StepStats, forward_for
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
 
 SHARDED_DIR = "sharded"
 """Sub-directory of a checkpoint that holds the DCP shards."""
@@ -149,12 +152,14 @@ def shard_model(model: torch.nn.Module, device: torch.device) -> None:
     fully_shard(model)
 
 
-def _options(model: torch.nn.Module, **kwargs: bool) -> Any:
+def _options(model: torch.nn.Module, *, full: bool = False) -> StateDictOptions:
     """DCP state-dict options: under LoRA only the trained (adapter) parameters, so neither
-    a sync nor a checkpoint gathers or writes the frozen base."""
+    a sync nor a checkpoint gathers or writes the frozen base. `full`: the whole dict on
+    every worker, on CPU (a weight sync's)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    return StateDictOptions(ignore_frozen_params=lora.is_lora(model), **kwargs)
+    return StateDictOptions(ignore_frozen_params=lora.is_lora(model), full_state_dict=full,
+                            cpu_offload=full)
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -162,16 +167,15 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     full dict); under LoRA the adapter's alone, under peft's saved names."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    sd = get_model_state_dict(model, options=_options(model, full_state_dict=True,
-                                                      cpu_offload=True))
+    sd = get_model_state_dict(model, options=_options(model, full=True))
     tensors = {k: v for k, v in sd.items() if isinstance(v, torch.Tensor)}
     return lora.adapter_tensors(model, tensors) if lora.is_lora(model) else tensors
 
 
 def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Writes this group's model and optimizer shards under `path/sharded` (collective)."""
-    from torch.distributed.checkpoint import save as dcp_save
     from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     msd, osd = get_state_dict(model, optimizer, options=_options(model))
     dcp_save({"model": msd, "optim": osd}, checkpoint_id=str(path / SHARDED_DIR))
@@ -183,8 +187,8 @@ def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
 
 def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Loads shards written by any number of workers (DCP reshards); returns that number."""
-    from torch.distributed.checkpoint import load as dcp_load
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
     meta = path / SHARDED_DIR / _META
     if not meta.is_file():

@@ -4,7 +4,7 @@ A trainer never holds the swarm. It is handed, for its one model: where the weig
 to train are, the store's episode reads and its own consumption ledger, a metrics sink,
 its own pause holder of that model, the sessions that count for batch_rule=clients, and
 where new weights go. Ended episodes come in the other way, by `Trainer.
-notify_episode_ended`. `trainer/attach.py` builds a port from a started swarm; a test
+notify_episode_ended`. `swarmrl_server.wiring` builds a port from a started swarm; a test
 can build one from fakes.
 """
 

@@ -15,7 +15,7 @@ Text streams token by token; a tool call's text is held back while it forms, and
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +39,16 @@ from swarmrl_server.http.serving import ChoiceState, Piece, Plan, Refusal, Servi
 from swarmrl_server.http.sse import sse
 from swarmrl_server.store.records import EpisodeRecord
 
+
+def _is_set(name: str) -> Callable[[Any], bool]:
+    """Whether a request sets the field `name` (any value but None)."""
+    return lambda r: getattr(r, name) is not None
+
+
 REFUSALS = (
     Refusal("background", "background responses are not supported (use stream=true for "
             "long responses)", lambda r: r.background),
-    *(Refusal(name, "not supported by this server", lambda r, n=name: getattr(r, n) is not None)
+    *(Refusal(name, "not supported by this server", _is_set(name))
       for name in ("conversation", "prompt", "context_management")),
     Refusal("truncation", "only 'disabled' is supported (the server never drops input items)",
             lambda r: r.truncation == "auto"),
@@ -196,4 +202,5 @@ class OpenAIServingResponses(ServingGeneration):
         return [*events, s.event(kind, response=body.model_dump(mode="json"))]
 
     def stream_error(self, plan: Plan, err: HttpError) -> str:
-        return plan.door.event("error", code=err.code, message=err.message, param=err.param)
+        s: Stream = plan.door
+        return s.event("error", code=err.code, message=err.message, param=err.param)

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicLayer
 
-from swarmrl_server.engine.hf_rows import Row
+from swarmrl_server.engine.hf.rows import Row
 
 PREFILL_WASTE = 0.25
 """A prefill bucket's padding stays within this share of its real tokens."""
@@ -60,17 +60,18 @@ class GrowingLayer(DynamicLayer):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized or self.keys.numel() == 0:
+        keys, values = self.keys, self.values
+        if not self.is_initialized or keys is None or values is None or keys.numel() == 0:
             return super().update(key_states, value_states, *args, **kwargs)
-        used, add = self.keys.shape[-2], key_states.shape[-2]
+        used, add = keys.shape[-2], key_states.shape[-2]
         bufs = self._room
-        if (bufs is None or self.keys.data_ptr() != bufs[0].data_ptr()
-                or self.keys.shape[:2] != bufs[0].shape[:2] or used + add > bufs[0].shape[-2]):
+        if (bufs is None or keys.data_ptr() != bufs[0].data_ptr()
+                or keys.shape[:2] != bufs[0].shape[:2] or used + add > bufs[0].shape[-2]):
             room = used + add + max(64, used // 4)
-            bufs = tuple(t.new_empty((*t.shape[:2], room, t.shape[-1]))
-                         for t in (self.keys, self.values))
-            bufs[0][:, :, :used] = self.keys
-            bufs[1][:, :, :used] = self.values
+            bufs = (keys.new_empty((*keys.shape[:2], room, keys.shape[-1])),
+                    values.new_empty((*values.shape[:2], room, values.shape[-1])))
+            bufs[0][:, :, :used] = keys
+            bufs[1][:, :, :used] = values
             self._room = bufs
         bufs[0][:, :, used:used + add] = key_states
         bufs[1][:, :, used:used + add] = value_states

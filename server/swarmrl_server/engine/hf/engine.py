@@ -3,7 +3,7 @@
 One scheduler thread owns the model (torch work must never block the asyncio
 loop of the gRPC server). It takes every waiting request (up to
 `max_batch_size`) as a *wave*, prefills the prompts (left-padded, in length
-buckets) and then decodes token by token with the KV cache (`hf_batch.Batch`). Each
+buckets) and then decodes token by token with the KV cache (`hf.batch.Batch`). Each
 new token is streamed to its caller's asyncio queue with `loop.call_soon_threadsafe`.
 Rows that finish, or whose caller went away, leave the batch (and the cache) at once,
 so they cost nothing more; requests that arrive meanwhile are prefilled and join the
@@ -18,7 +18,7 @@ stream, generator, grammar matcher, tokens so far), the update applies, and the 
 wave prefills each row's prompt + tokens and carries on under the new version (a new
 span in the call's `version_spans`). Only the re-prefill is extra work; the sampling
 and text state continue as if nothing happened, so a resume on unchanged weights gives
-the same tokens. LoRA adapters too (`hf_adapters`): one copy of the base serves every
+the same tokens. LoRA adapters too (`hf.adapters`): one copy of the base serves every
 model's adapter, each with its own policy version.
 
 Logprobs: for temperature T > 0 a token's logprob is log_softmax(logits / T) at
@@ -56,10 +56,10 @@ from swarmrl_server.engine.base import (
     join_chunks,
 )
 from swarmrl_server.engine.grammar import GrammarCompiler, grammar_json
-from swarmrl_server.engine.hf_adapters import HFAdapters
-from swarmrl_server.engine.hf_attention import use_gqa_sdpa
-from swarmrl_server.engine.hf_batch import Batch, plain_cache
-from swarmrl_server.engine.hf_rows import Row, emit, sample_step
+from swarmrl_server.engine.hf.adapters import HFAdapters
+from swarmrl_server.engine.hf.attention import use_gqa_sdpa
+from swarmrl_server.engine.hf.batch import Batch, plain_cache
+from swarmrl_server.engine.hf.rows import Row, emit, sample_step
 from swarmrl_server.engine.text import TextStream, end_of_turn_ids
 from swarmrl_server.errors import Reason, internal, invalid, unavailable
 
@@ -119,7 +119,7 @@ class HFEngine(Engine):
             raise ValueError("max_batch_size must be >= 1")
         self.name = name
         self.model = model.eval()
-        use_gqa_sdpa(self.model)  # grouped kv heads read in place (engine.hf_attention)
+        use_gqa_sdpa(self.model)  # grouped kv heads read in place (engine.hf.attention)
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.batch_window_s = batch_window_s
@@ -129,7 +129,7 @@ class HFEngine(Engine):
         self.vocab_size = int(embeddings.num_embeddings)
         self.eos_token_ids = self._end_of_turn_ids()
         self._joinable = plain_cache(model)
-        """Rows may join a running wave, and a wave prefills in buckets (`hf_batch`)."""
+        """Rows may join a running wave, and a wave prefills in buckets (`hf.batch`)."""
         pad = tokenizer.pad_token_id
         self._pad_id = int(pad) if pad is not None else self.eos_token_ids[0]
 
@@ -152,7 +152,7 @@ class HFEngine(Engine):
         self._interrupting = False
         """An interrupting update waits: the running wave ends at its next token."""
         self._applied_at = 0.0
-        self.last_sync: SyncTimes | None = None
+        self._last_sync: SyncTimes | None = None
         """Where the last weight update's time went (`resume_s` fills in when the rows it
         interrupted produce their next token)."""
 
@@ -307,7 +307,7 @@ class HFEngine(Engine):
                 taken = time.perf_counter()
                 errors = [self._load(update) for update in updates]
                 self._applied_at = time.perf_counter()
-                self.last_sync = SyncTimes(  # before the callers hear of it
+                self._last_sync = SyncTimes(  # before the callers hear of it
                     drain_s=taken - min(u.queued_at for u in updates),
                     reload_s=self._applied_at - taken, interrupted=interrupted)
                 for update, error in zip(updates, errors):
@@ -458,8 +458,8 @@ class HFEngine(Engine):
         """Rows back from an interruption made their first token: the sync is over."""
         for r in rows:
             r.resumed = False
-        if self.last_sync is not None:
-            self.last_sync.resume_s = max(self.last_sync.resume_s,
+        if self._last_sync is not None:
+            self._last_sync.resume_s = max(self._last_sync.resume_s,
                                           time.perf_counter() - self._applied_at)
 
     def _sample_and_emit(

@@ -35,7 +35,7 @@ So every recorded token carries the version of the weights that produced it.
 With `interrupt=True` (weight_sync=interrupt) step 2 does not wait: each call in flight
 is stopped at the last token it streamed (its HTTP stream closed: vLLM aborts it) and,
 once the version is N, resubmitted as prompt + tokens so far, streaming on as one call
-with a second span (`engine.vllm_calls`, which also says how stop strings, seeds and
+with a second span (`engine.vllm.calls`, which also says how stop strings, seeds and
 grammars carry over). A sync then costs the write, the reload, and a re-prefill of the
 calls in flight, never the longest call's remaining time.
 
@@ -91,8 +91,8 @@ from swarmrl_server.engine.base import (
 )
 from swarmrl_server.engine.grammar import grammar_json
 from swarmrl_server.engine.text import end_of_turn_ids
-from swarmrl_server.engine.vllm_calls import END, CallState, InFlight, start_reader
-from swarmrl_server.engine.vllm_server import (
+from swarmrl_server.engine.vllm.calls import END, CallState, InFlight, start_reader
+from swarmrl_server.engine.vllm.server import (
     LaunchedServer,
     VLLMServer,
     VLLMServerError,
@@ -153,7 +153,8 @@ class VLLMEngine(Engine):
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
         config = AutoConfig.from_pretrained(self.model_dir, local_files_only=True)
         self.vocab_size = int(config.vocab_size)
-        self.max_model_len = int(max_model_len or getattr(config, "max_position_embeddings", 2048))
+        context: int = getattr(config, "max_position_embeddings", 2048)
+        self.max_model_len = int(max_model_len or context)
         gen_eos = None
         with_gen = self.model_dir / "generation_config.json"
         if with_gen.is_file():
@@ -189,10 +190,10 @@ class VLLMEngine(Engine):
         self._sync_lock = asyncio.Lock()
         self._started = False
         self._stopping = False
-        self.last_sync_s: float | None = None
+        self._last_sync_s: float | None = None
         """Seconds the last `update_weights` or `load_adapter` took (write + load on every
         server)."""
-        self.last_sync: SyncTimes | None = None
+        self._last_sync: SyncTimes | None = None
         """Where the last sync's time went (`resume_s` fills in as interrupted calls
         stream again)."""
         self._opened_at = 0.0
@@ -308,9 +309,9 @@ class VLLMEngine(Engine):
                         raise item
                     chunk, reason = item
                     chunk, cut = state.take(chunk)
-                    if first and state.resumes and self.last_sync is not None:
+                    if first and state.resumes and self._last_sync is not None:
                         first = False
-                        self.last_sync.resume_s = max(self.last_sync.resume_s,
+                        self._last_sync.resume_s = max(self._last_sync.resume_s,
                                                       time.perf_counter() - self._opened_at)
                     if chunk.token_ids or chunk.text:
                         yield chunk
@@ -366,8 +367,8 @@ class VLLMEngine(Engine):
             finally:
                 self._opened_at = time.perf_counter()
                 self._open.set()
-            self.last_sync_s = self._opened_at - started
-            self.last_sync = SyncTimes(write_s=written - started, drain_s=drained - written,
+            self._last_sync_s = self._opened_at - started
+            self._last_sync = SyncTimes(write_s=written - started, drain_s=drained - written,
                                        reload_s=self._opened_at - drained, interrupted=stopped)
 
     def _reader_done(self, _: asyncio.Task[None]) -> None:
@@ -412,8 +413,8 @@ class VLLMEngine(Engine):
             self._opened_at = time.perf_counter()
             stopped = self._interrupt(
                 lambda c: c.adapter == name and c.served_name != served.name) if interrupt else 0
-            self.last_sync_s = self._opened_at - started
-            self.last_sync = SyncTimes(write_s=written - started, reload_s=loaded - written,
+            self._last_sync_s = self._opened_at - started
+            self._last_sync = SyncTimes(write_s=written - started, reload_s=loaded - written,
                                        interrupted=stopped)
         await self._unload_retired()
 

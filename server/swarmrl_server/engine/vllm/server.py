@@ -46,7 +46,7 @@ from swarmrl_server.net import free_port
 
 log = structlog.get_logger("swarmrl.vllm")
 
-LAUNCHER = Path(__file__).with_name("vllm_launcher.py")
+LAUNCHER = Path(__file__).with_name("launcher.py")
 SUPPORTED_VLLM = ("0.32",)
 """vLLM release lines whose HTTP API (token-id prompts, `token_ids` out, dev-mode weight
 routes, `processed_logprobs`) this engine was written and tested against."""
@@ -154,7 +154,8 @@ class VLLMServer:
                          text=True)
 
     async def weight_version(self) -> str | None:
-        return (await self._call("GET", "/weight_info")).get("weight_version")
+        version = (await self._call("GET", "/weight_info")).get("weight_version")
+        return None if version is None else str(version)
 
     async def inflight(self) -> int:
         """Requests the server runs or queues now (from its Prometheus metrics)."""

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from swarmrl_server.engine.adapter import Adapter
-from swarmrl_server.engine.hf_rows import Row
+from swarmrl_server.engine.hf.rows import Row
 from swarmrl_server.errors import invalid
 
 

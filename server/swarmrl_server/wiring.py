@@ -1,23 +1,24 @@
 """Attaches a trainer to every trainable model of a started swarm (`swarmrl serve --train`):
-the one place that knows both the swarm and the trainer, and builds each trainer's port."""
+the one place that knows both the swarm and the trainer, and builds each trainer's port.
+
+It sits with the app, above both: the trainer package sees the server only through its
+port (`trainer.port`), and the swarm sees a trainer only as a `hosting.TrainerHandle`
+(tests/test_architecture.py holds the trainer package off the swarm and hosting)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import torch
 
+from swarmrl_server.config import ServerConfig
+from swarmrl_server.hosting import ModelHost
 from swarmrl_server.pauses import TRAINER
+from swarmrl_server.swarm import Swarm
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError, options_per_model
 from swarmrl_server.trainer.port import TrainingPort
 from swarmrl_server.trainer.trainer import Trainer
 from swarmrl_server.trainer.workers import GroupFactory, LocalGroup
-
-if TYPE_CHECKING:
-    from swarmrl_server.config import ServerConfig
-    from swarmrl_server.hosting import ModelHost
-    from swarmrl_server.swarm import Swarm
 
 
 async def attach_trainers(

@@ -9,8 +9,8 @@ import importlib.metadata as md
 import os
 import sys
 
-# This file sits next to swarmrl's engine/vllm.py: keep its directory off the path, or
-# `import vllm` would find that module instead of vLLM.
+# This file sits next to swarmrl's engine/vllm/engine.py, server.py and calls.py: keep its
+# directory off the path, or their names would shadow vLLM's own imports.
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _here]
 

@@ -2,7 +2,7 @@
 
 Pure functions over one wave's logits, run on the engine's scheduler thread; each row
 hands its chunks to its caller's event loop (`Row.send`). Kept apart from the
-scheduler (`engine.hf`) so the sampling rule reads on its own.
+scheduler (`engine.hf.engine`) so the sampling rule reads on its own.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def sample_step(
     rows: Sequence[Row], logits_B_V: torch.Tensor, grammar: GrammarCompiler | None
 ) -> SampledStep:
     """Samples one token per row from `logits_B_V` (greedy rows take the argmax), with
-    logprobs and alternatives under the tempered distribution (see `engine.hf`)."""
+    logprobs and alternatives under the tempered distribution (see `engine.hf.engine`)."""
     matchers = [r.matcher for r in rows]
     if grammar is not None and any(m is not None for m in matchers):
         # Masked before the softmax: sampled from, and logprobs of, the renormalised
