@@ -4,7 +4,6 @@ with --strict, and the generated reference says what the commands themselves pri
 from __future__ import annotations
 
 import json
-
 import os
 import re
 import subprocess
