@@ -9,12 +9,15 @@ import sys
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from swarmrl.envs._report import RolloutRecord
 
-if TYPE_CHECKING:
-    from swarmrl.envs._runner import Runner
+
+class _Served(Protocol):
+    """What the bar asks of its runner: the policy version served now."""
+
+    async def policy_version(self) -> int: ...
 
 __all__ = ["Progress"]
 
@@ -23,10 +26,10 @@ class Progress:
     """A rich progress bar (episodes/s, mean reward of the last 200, policy version);
     a plain line every 30 s when stderr is not a terminal."""
 
-    def __init__(self, runner: Runner, label: str, *, total: int | None = None,
+    def __init__(self, runner: _Served, label: str, *, enabled: bool, total: int | None = None,
                  seconds: float | None = None) -> None:
         self._runner = runner
-        self._label = f"{runner.env.label} {label}"
+        self._label = label
         self._total_groups = total
         self._seconds = seconds
         self._rewards: deque[float] = deque(maxlen=200)
@@ -35,7 +38,7 @@ class Progress:
         self._last_line = 0.0
         self._last_version_poll = 0.0
         self._version = -1
-        self._enabled = runner.config.progress
+        self._enabled = enabled
         self._tty = sys.stderr.isatty()
         self._bar: Any = None
         self._task: Any = None

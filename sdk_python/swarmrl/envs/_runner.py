@@ -287,7 +287,8 @@ class Runner:
         in_flight: set[asyncio.Task[list[RolloutRecord]]] = set()
         width = max(1, math.ceil(self.config.concurrency / self.config.group_size)) + 1
         started, exhausted, reached = 0, False, False
-        progress = Progress(self, "train", total=groups, seconds=seconds)
+        progress = Progress(self, f"{self.env.label} train", enabled=self.config.progress,
+                            total=groups, seconds=seconds)
         try:
             with progress:
                 while True:
@@ -382,7 +383,8 @@ class Runner:
         items = self.held_out(split)[:limit]
         sampling = self.config.eval_sampling if k == 1 else self.config.sampling
         t0 = time.monotonic()
-        progress = Progress(self, f"eval {split}", total=len(items) * k)
+        progress = Progress(self, f"{self.env.label} eval {split}",
+                            enabled=self.config.progress, total=len(items) * k)
 
         async def one(item: Item) -> RolloutRecord:
             episode, record = await self._attempts(item, split, "", sampling)
