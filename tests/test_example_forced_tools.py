@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,7 +61,7 @@ def _train(out: Path, model_cache: Path, *options: str) -> subprocess.CompletedP
     return proc
 
 
-def _steps(out: Path) -> list[dict]:
+def _steps(out: Path) -> list[dict[str, Any]]:
     path = out / "data" / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 

@@ -94,7 +94,7 @@ def convert(ctx: RunContextWrapper[list[Any]], value: float, from_unit: Unit,
     """Converts a quantity from one unit to another."""
     _log(ctx, "convert", value=value, from_unit=from_unit, to_unit=to_unit)
     out = convert_value(value, from_unit, to_unit)
-    return "no such conversion" if out is None else f"{out:g}"
+    return "no such conversion" if out is None else f"{out:.10g}"
 
 
 TOOLS = {"add": add, "price": price, "convert": convert}  # task -> its tool
@@ -117,7 +117,7 @@ def make_question(task: str, rng: random.Random) -> dict[str, Any]:
     (src, dst), value = rng.choice(list(FACTORS)), rng.randint(2, 99)
     return {"question": f"How many {dst} are in {value} {src}?",
             "call": ["convert", {"value": value, "from_unit": src, "to_unit": dst}],
-            "answer": f"{convert_value(value, src, dst):g}"}
+            "answer": f"{convert_value(value, src, dst):.10g}"}
 
 
 def same(got: str, want: str) -> bool:
