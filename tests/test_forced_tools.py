@@ -93,14 +93,29 @@ async def test_bad_forced_choices_are_400_naming_the_field(http_server: Any) -> 
         (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}),
          "tool_choice.function.name"),
         (dict(response_format={"type": "yaml"}), "response_format.type"),
-        (dict(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"}),
-         "response_format"),
+        (dict(tools=TOOLS, tool_choice="required", response_format={"type": "yaml"}),
+         "response_format.type"),
     ]
     for kw, param in bad:
         with pytest.raises(openai.BadRequestError) as err:
             await oai(ep).chat.completions.create(model="tiny", messages=USER, max_tokens=4, **kw)
         assert err.value.body["param"] == param, kw  # type: ignore[index]
     assert await stored_calls(http_server, ep.episode_id) == []
+
+
+async def test_a_forced_call_with_a_response_format_is_the_tool_call(http_server: Any) -> None:
+    """What the Agents SDK sends for an agent with an `output_type` and a forced
+    tool_choice: both. As on OpenAI's API, the forced reply is a tool call, which the
+    format does not shape."""
+    ep = await start_episode(http_server)
+    fmt = {"type": "json_schema", "json_schema": {"name": "units", "schema": UNITS}}
+    r = await oai(ep).chat.completions.create(
+        model="tiny", messages=USER, tools=TOOLS, tool_choice="required", response_format=fmt,
+        max_tokens=MAX_TOKENS, seed=5)
+    (call,) = r.choices[0].message.tool_calls
+    check_call(call.function.name, call.function.arguments)
+    (stored,) = await stored_calls(http_server, ep.episode_id)
+    assert stored.constrained and "<tool_call>" in stored.grammar
 
 
 # -- Anthropic -------------------------------------------------------------------------

@@ -7,6 +7,12 @@ asked for, in the chat template's own tool-call format, so the reply parses into
 tool call whose arguments match the tool's schema. A forced choice yields exactly
 one tool call. Calls decoded this way are recorded as constrained and trained as
 documented in `engine.grammar`.
+
+A forced choice together with a response format decodes the forced call: the format
+shapes a text reply, and a forced reply is a tool call (OpenAI lets a tool call bypass
+`response_format` too). The OpenAI Agents SDK sends both on every turn of an agent with
+an `output_type` and `ModelSettings(tool_choice="required")`: the first turn calls a
+tool, and after it (`reset_tool_choice`) the format shapes the final answer.
 """
 
 from __future__ import annotations
@@ -80,10 +86,7 @@ def openai_constraint(tools: Sequence[Tool], tool_choice: Any,
             raise HttpError(400, "tool_choice.function.name: required",
                             param="tool_choice.function.name")
         forced = forced_tool_tag(tools, name, "tool_choice.function.name")
-    if forced and fmt:
-        raise HttpError(400, "response_format: cannot be combined with a forced tool_choice",
-                        param="response_format")
-    return forced or fmt
+    return forced or fmt  # a forced call is a tool call, which the format does not shape
 
 
 def anthropic_constraint(tools: Sequence[Tool], choice_type: str | None,
@@ -115,7 +118,4 @@ def responses_constraint(tools: Sequence[Tool], tool_choice: Any,
         forced = forced_tool_tag(tools, None, "tool_choice")
     elif isinstance(tool_choice, dict):
         forced = forced_tool_tag(tools, tool_choice["name"], "tool_choice.name")
-    if forced and fmt:
-        raise HttpError(400, "text.format: cannot be combined with a forced tool_choice",
-                        param="text.format")
     return forced or fmt

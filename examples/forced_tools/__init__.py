@@ -1,0 +1,1 @@
+"""Forced tool calls and a structured answer: an Agents SDK agent (env.py)."""
