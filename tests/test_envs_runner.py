@@ -140,6 +140,25 @@ async def test_a_group_with_a_rollout_failing_for_good_is_aborted_whole(http_ser
     assert not any(r.trained for r in records)
 
 
+async def test_a_group_the_server_ended_first_is_counted_not_fatal(http_server: Any) -> None:
+    """An episode the server aborted behind the runner's back (as a lapsed lease does)
+    cannot be ended: its group counts as aborted and training goes on."""
+
+    class Lapses(Count):
+        async def play(self, rollout: Rollout) -> Outcome:
+            outcome = await super().play(rollout)
+            if rollout.item.id == "train-0":
+                await rollout.episode.abort("as if its session's lease lapsed")
+            return outcome
+
+    records, report = await _run(http_server, Lapses(n_train=2), RunnerConfig(
+        group_size=1, progress=False, seed=3), groups=4)
+    assert report.groups_aborted == 2 and report.groups == 2
+    failed = [r for r in records if r.item_id == "train-0"]
+    assert failed and all(r.error.startswith("could not end") and not r.trained for r in failed)
+    assert all(r.trained for r in records if r.item_id == "train-1")
+
+
 async def test_a_rollout_past_its_timeout_is_aborted(http_server: Any) -> None:
     env = Count(n_train=1, sleep_s=5.0)
     records, report = await _run(http_server, env, RunnerConfig(

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from swarmrl._client import AsyncSwarmClient
+from swarmrl._config import ClientConfig
 from swarmrl._sampling import SamplingParams
 from swarmrl.envs import _card
 from swarmrl.envs._api import Environment
@@ -230,7 +231,10 @@ async def _play(args: argparse.Namespace, command: str, env: Environment, target
         _card.write(out, card)
 
     try:
-        async with AsyncSwarmClient(target, api_key=args.api_key) as client:
+        # A long lease: on a loaded machine heartbeats can stall for a minute, and a lapsed
+        # lease makes the server abort every open episode of the run.
+        client_config = ClientConfig(target=target, api_key=args.api_key, session_lease=300.0)
+        async with AsyncSwarmClient(config=client_config) as client:
             async with Runner(env, client, config, on_record=records) as runner:
                 if command == "train":
                     await train_and_test(

@@ -36,7 +36,7 @@ import structlog
 
 from swarmrl._client import AsyncSwarmClient
 from swarmrl._episode import AsyncEpisode
-from swarmrl._errors import FailedPreconditionError
+from swarmrl._errors import FailedPreconditionError, SwarmError
 from swarmrl._sampling import SamplingParams
 from swarmrl.envs._api import Environment, HttpPools, Item, Outcome, Rollout, Split
 from swarmrl.envs._progress import Progress
@@ -94,12 +94,16 @@ class TrainReport:
     """Attempts that failed (each aborted; retried or not)."""
     skipped_held_out: int = 0
     """Train items skipped because their content is a val or test item's."""
+    rollouts_lost: int = 0
+    """Rollouts of a group that could not be ended whole that were ended (trained) anyway:
+    the server aborted one of their siblings first (a lapsed lease)."""
     seconds: float = 0.0
     rewards: list[float] = field(default_factory=list)
 
     def add(self, other: TrainReport) -> None:
         """Adds another stretch of training (a run trains in stretches between evaluations)."""
-        for name in ("groups", "groups_aborted", "rollouts", "failed_attempts", "seconds"):
+        for name in ("groups", "groups_aborted", "rollouts", "failed_attempts", "rollouts_lost",
+                     "seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.skipped_held_out = other.skipped_held_out  # the runner's running count
         self.rewards += other.rewards
@@ -258,8 +262,15 @@ class Runner:
         for episode, record in played:
             if episode is not None and whole:
                 assert record.reward is not None
-                await episode.end(record.reward)
-                record = _replace(record, trained=True)
+                try:
+                    await episode.end(record.reward)
+                except SwarmError as err:
+                    # The server ended it first (a lapsed session lease aborts the session's
+                    # open episodes): a loss to count, not a reason to stop the run.
+                    whole = False
+                    record = _replace(record, error=f"could not end: {err}")
+                else:
+                    record = _replace(record, trained=True)
             elif episode is not None:
                 await _abort(episode, "another rollout of its group failed")
                 record = _replace(record, error="group aborted: another rollout failed")
@@ -271,6 +282,7 @@ class Runner:
             report.rewards += [r.reward for r in records if r.reward is not None]
         else:
             report.groups_aborted += 1
+            report.rollouts_lost += sum(r.trained for r in records)
         report.rollouts += len(records)
         return records
 
