@@ -116,7 +116,9 @@ def desk_server() -> Iterator[str]:
     from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 
     app = create_app(WeatherDesk, CallToolAction, CallToolObservation, env_name="desk")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    # log_config=None: uvicorn's default dictConfig stops the "uvicorn" loggers from
+    # propagating, process-wide, which later tests that read the root's lines would see.
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

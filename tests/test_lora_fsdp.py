@@ -1,6 +1,6 @@
 """FSDP2 with LoRA (gloo, real processes) equals one process: two workers train the
 adapter of the same batch as the one-process LoRA StepRunner (two AdamW updates, tree
-packing, KL to the base with the adapter off), to 1e-5 in every adapter tensor; only the
+packing, grammar-masked calls, KL to the base with the adapter off), to 1e-5 in every adapter tensor; only the
 adapter has optimizer state, and the sharded checkpoint holds no frozen base weights
 (but the tied output head)."""
 
@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from swarmrl_server.timelines.grammar import GrammarReplay
 from swarmrl_server.trainer import lora
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.setup import build_optimizer, build_policy, reference_for
@@ -51,6 +52,7 @@ def test_two_fsdp2_lora_workers_equal_one_process(tiny_model_dir: Path, tmp_path
 
     runner = StepRunner(policy.model, build_optimizer(policy.model, config), config,
                         pad_id=policy.pad_id, forward=forward_for(True),
+                        grammar=GrammarReplay.for_model(tiny_model_dir),
                         **reference_for(policy, tiny_model_dir, config, CPU))
     ref = runner.run(episodes)
     want = lora.adapter_tensors(policy.model)

@@ -212,7 +212,7 @@ class AdapterEngine(Engine):
         return self.base.last_sync
 
     def __getattr__(self, item: str) -> Any:
-        # Engine-specific extras (stats, servers, last_sync_s, ...) are the base's.
+        # Engine-specific extras (stats, servers, ...) are the base's.
         if item.startswith("_") or item == "base":
             raise AttributeError(item)
         return getattr(self.base, item)

@@ -190,9 +190,6 @@ class VLLMEngine(Engine):
         self._sync_lock = asyncio.Lock()
         self._started = False
         self._stopping = False
-        self._last_sync_s: float | None = None
-        """Seconds the last `update_weights` or `load_adapter` took (write + load on every
-        server)."""
         self._last_sync: SyncTimes | None = None
         """Where the last sync's time went (`resume_s` fills in as interrupted calls
         stream again)."""
@@ -367,7 +364,6 @@ class VLLMEngine(Engine):
             finally:
                 self._opened_at = time.perf_counter()
                 self._open.set()
-            self._last_sync_s = self._opened_at - started
             self._last_sync = SyncTimes(write_s=written - started, drain_s=drained - written,
                                        reload_s=self._opened_at - drained, interrupted=stopped)
 
@@ -413,7 +409,6 @@ class VLLMEngine(Engine):
             self._opened_at = time.perf_counter()
             stopped = self._interrupt(
                 lambda c: c.adapter == name and c.served_name != served.name) if interrupt else 0
-            self._last_sync_s = self._opened_at - started
             self._last_sync = SyncTimes(write_s=written - started, reload_s=loaded - written,
                                        interrupted=stopped)
         await self._unload_retired()
