@@ -247,6 +247,26 @@ def test_env_specs_and_args() -> None:
         load_environment("tests.test_envs_runner:not_an_environment")
 
 
+def test_a_module_in_the_working_directory_loads_without_it_on_sys_path(tmp_path: Path) -> None:
+    """The `swarmrl` console script's sys.path lacks the working directory (unlike
+    `python -m`): `swarmrl train mymod:Env` still finds `mymod.py` there, as uvicorn does.
+    `python -P` starts without it, as a console script does."""
+    (tmp_path / "mymod.py").write_text(
+        "from swarmrl.envs import Environment\n"
+        "class Env(Environment):\n"
+        "    name = 'mine'\n"
+        "    def __init__(self, n):\n        self.n = n\n"
+        "    def items(self, split):\n        return []\n"
+        "    async def play(self, rollout):\n        raise NotImplementedError\n")
+    code = ("import sys; assert '' not in sys.path and sys.path[0] != '.'; "
+            "from swarmrl.envs import load_environment; "
+            "print(load_environment('mymod:Env', {'n': 5}).n)")
+    proc = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "5"
+
+
 @pytest.mark.slow
 def test_swarmrl_train_runs_an_environment_file_end_to_end(tmp_path: Path,
                                                            model_cache: Path) -> None:

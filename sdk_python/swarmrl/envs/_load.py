@@ -56,6 +56,10 @@ def _python_object(spec: str) -> Any:
         sys.modules[name] = module
         module_spec.loader.exec_module(module)
     else:
+        # As uvicorn and gunicorn do (`--app-dir`, default "."): a console script's
+        # sys.path lacks the working directory, where a user's module usually lives.
+        if "" not in sys.path and str(Path.cwd()) not in sys.path:
+            sys.path.insert(0, str(Path.cwd()))
         module = importlib.import_module(where)
     try:
         return getattr(module, attr)
