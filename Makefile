@@ -16,7 +16,7 @@ VF_PYTHON ?= python3.11
 VF_VENV   ?= .venv-verifiers
 VF_STAMP  := $(VF_VENV)/.installed
 
-.PHONY: demo test docs toolchains vllm-venv verifiers-venv lint generate check-generated bench bench-timelines clean
+.PHONY: demo test test-fast docs toolchains vllm-venv verifiers-venv lint generate check-generated bench bench-timelines clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -71,9 +71,18 @@ toolchains: node_modules/.installed
 demo: $(STAMP) $(if $(filter vllm,$(ENGINE)),$(VLLM_STAMP))
 	$(BIN)/python -m examples.demo $(if $(ENGINE),--engine $(ENGINE))
 
-# Toolchains are installed first, so a missing one is a failure, never a skip.
+# Toolchains are installed first, so a missing one is a failure, never a skip. Tests run on
+# TEST_WORKERS xdist workers: the suite waits on subprocesses and sockets as much as it
+# computes, so 3 workers beat 2 on 2 cores; the real-vLLM tests go to one worker as one
+# group (tests/conftest.py). TEST_WORKERS=0 runs them in this process, in order.
+TEST_WORKERS ?= 3
+PYTEST := SWARMRL_REQUIRE_STUB_TOOLCHAINS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP) $(VLLM_STAMP) $(VF_STAMP) toolchains
-	SWARMRL_REQUIRE_STUB_TOOLCHAINS=1 $(BIN)/python -m pytest
+	$(PYTEST)
+
+# The fast tier: everything but the real-vLLM, chaos and real-model (slow) tests.
+test-fast: $(STAMP) $(VF_STAMP) toolchains
+	$(PYTEST) -m "not slow and not vllm"
 
 # The documentation site into build/site; warnings are errors. The reference pages and the
 # results tables are generated during the build (tools/docsgen/hook.py), never committed.

@@ -24,7 +24,7 @@ from swarmrl_server.hosting import ModelHost
 from swarmrl_server.models import load_model
 from tests.engine_fixtures import MAX_LEN, make_engine
 
-ENGINES = ["hf", "echo", pytest.param("vllm", marks=pytest.mark.slow)]
+ENGINES = ["hf", "echo", pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.vllm])]
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 

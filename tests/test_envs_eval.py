@@ -74,7 +74,7 @@ async def _training_server(tmp_path: Path, model_cache: Path, engine: str,
         grace_s=0.5, train=True, train_options=options))
 
 
-@pytest.fixture(params=["hf", pytest.param("vllm", marks=pytest.mark.slow)])
+@pytest.fixture(params=["hf", pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.vllm])])
 async def training_server(request: pytest.FixtureRequest, tmp_path: Path,
                           model_cache: Path) -> AsyncIterator[Any]:
     """A training server on the tiny model: hf (full weights), or vLLM with LoRA."""

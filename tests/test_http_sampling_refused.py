@@ -87,7 +87,7 @@ async def test_each_field_is_refused_by_name_on_each_door(http_server: Any, door
     assert len(await stored_calls(http_server, ep.episode_id)) == len(NEUTRAL)
 
 
-@pytest.fixture(params=["echo", "hf", pytest.param("vllm", marks=pytest.mark.slow)])
+@pytest.fixture(params=["echo", "hf", pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.vllm])])
 async def engine_server(request: pytest.FixtureRequest, tiny_model_dir: Path, model_cache: Path,
                         tmp_path: Path) -> AsyncIterator[Any]:
     """A server whose model "tiny" runs on the engine named by the param (vLLM: the

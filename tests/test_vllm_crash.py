@@ -21,7 +21,7 @@ from swarmrl_server.errors import Code, SwarmError
 from tests.engine_fixtures import LONG_CONTEXT, VLLM_PYTHON, random_adapters
 from tests.helpers import assert_eventually
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # two server launches each
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(600)]  # two launches each
 PROMPT = [5, 6, 7, 8, 9, 10]
 LONG = LONG_CONTEXT - len(PROMPT)
 """The killed call's max_tokens: it is still running when the kill lands (LONG_CONTEXT)."""
