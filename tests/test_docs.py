@@ -65,7 +65,8 @@ def _flat(text: str) -> str:
     return "".join(text.split())  # argparse wraps lines at spaces and at hyphens
 
 
-@pytest.mark.parametrize("command", ["serve", "status", "run", "study run", "train", "eval"])
+@pytest.mark.parametrize("command", ["serve", "status", "run", "study run", "train", "eval",
+                                     "compare"])
 def test_cli_reference_matches_help(command: str) -> None:
     """Every option `swarmrl COMMAND --help` prints is on the page with its help, and the
     page has no option the command lacks."""

@@ -1,5 +1,6 @@
 """The ``swarmrl`` command: ``serve`` (the server, an optional extra), ``status``, ``run``,
-``train`` and ``eval`` (an environment against a server), and the observability commands
+``train`` and ``eval`` (an environment against a server), ``compare`` (two evaluations,
+paired), and the observability commands
 ``top``, ``plot`` and ``view``."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ examples:
   swarmrl serve --help                       # every server option
   swarmrl train my_env:MyEnv --minutes 30    # train a model on your environment
   swarmrl eval my_env:MyEnv --split test     # evaluate one
+  swarmrl compare runs/base runs/trained     # two evaluations of the same items, paired
   swarmrl top                                # live console of a running server
   swarmrl plot runs/a runs/b                 # PNGs of training runs, overlaid
   swarmrl view runs/a/data                   # episode viewer, offline, from a data dir
@@ -76,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     # Dispatched before parsing as well: each has its own parser (see `COMMAND --help`).
     commands.add_parser("train", help="train a model on an environment (swarmrl.envs)")
     commands.add_parser("eval", help="evaluate a model on a split of an environment")
+    commands.add_parser("compare", help="compare two evaluations of the same items, paired")
     commands.add_parser("top", help="live console: models, trainer, clients, episodes, errors")
     commands.add_parser("plot", help="PNGs of training runs (reward, loss, merge, throughput)")
     commands.add_parser("view", help="token-level episode viewer in the browser")
@@ -94,6 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from swarmrl.envs._cli import eval_main, train_main
 
         return (train_main if args[0] == "train" else eval_main)(args[1:])
+    if args and args[0] == "compare":
+        from swarmrl.envs._compare import compare_main
+
+        return compare_main(args[1:])
     if args and args[0] == "top":
         from swarmrl._top import main as top_main
 

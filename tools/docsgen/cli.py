@@ -27,6 +27,7 @@ def parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
     """(command, parser) for `swarmrl` and each of its commands, subcommands included."""
     from swarmrl import _cli, _run, _top
     from swarmrl.envs import _cli as envs_cli
+    from swarmrl.envs import _compare
 
     top = _cli._parser()
     yield "swarmrl", top
@@ -35,6 +36,7 @@ def parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
         "top": _top.build_parser(),
         "train": envs_cli._parser("train"),
         "eval": envs_cli._parser("eval"),
+        "compare": _compare._parser(),
     }
     for name, choice in _subparsers(top):
         if choice._actions[1:]:  # status has options of its own; the rest are dispatched

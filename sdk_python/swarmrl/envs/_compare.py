@@ -1,0 +1,184 @@
+"""``swarmrl compare RUN_A RUN_B``: two evaluations of the same items, paired.
+
+Two intervals that overlap say little about which of two policies is better on the same
+items; the paired difference does, each item being its own control (a hard item is hard
+for both). So the comparison pairs the runs item by item:
+
+- success (when the environment defines it, one rollout per item): the items only A
+  solved and only B solved, and the exact McNemar p-value of that split;
+- mean reward, and success with k rollouts per item: the mean per-item difference B - A
+  with a paired bootstrap 95% interval (items resampled, both runs' values together).
+
+The runs must have evaluated the same items: their cards' split hashes must agree (the
+hash is over the items' content, `_flow.splits_record`), and the rollouts must cover the
+same item ids. A run folder is what ``swarmrl train`` / ``swarmrl eval`` wrote into
+``--out`` (``card.json`` and ``rollouts.jsonl``). ``RUN@VERSION`` keeps only the rollouts
+played on that policy version (a train run's val evaluations, each pinned to one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from swarmrl.envs._stats import mcnemar_exact
+
+__all__ = ["Paired", "compare_main", "paired"]
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Two evaluations of the same items, compared item by item (module docstring)."""
+
+    items: int
+    """Items both runs finished (failed rollouts left out)."""
+    mean_reward_a: float
+    mean_reward_b: float
+    reward_diff: float
+    """Mean per-item reward of B minus A's."""
+    reward_diff_ci95: tuple[float, float]
+    success_a: float | None = None
+    success_b: float | None = None
+    success_diff_ci95: tuple[float, float] | None = None
+    only_a: int | None = None
+    """Items A solved and B did not (one rollout per item)."""
+    only_b: int | None = None
+    mcnemar_p: float | None = None
+
+    def __str__(self) -> str:
+        lines = [f"{self.items} items paired"]
+        if self.success_a is not None and self.success_b is not None:
+            low, high = self.success_diff_ci95 or (float("nan"), float("nan"))
+            line = (f"success: A {self.success_a:.3f}, B {self.success_b:.3f}, "
+                    f"B - A {self.success_b - self.success_a:+.3f} "
+                    f"(paired 95% CI {low:+.3f} to {high:+.3f})")
+            if self.mcnemar_p is not None:
+                line += (f"; solved by B only {self.only_b}, by A only {self.only_a}: "
+                         f"exact McNemar p = {self.mcnemar_p:.2g}")
+            lines.append(line)
+        low, high = self.reward_diff_ci95
+        lines.append(f"mean reward: A {self.mean_reward_a:.3f}, B {self.mean_reward_b:.3f}, "
+                     f"B - A {self.reward_diff:+.3f} (paired 95% CI {low:+.3f} to {high:+.3f})")
+        return "\n".join(lines)
+
+
+def _per_item(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if not row.get("error") and row.get("reward") is not None:
+            out[str(row["item_id"])].append(row)
+    return out
+
+
+def _paired_bootstrap(diffs: Sequence[float], *, resamples: int = 2000, seed: int = 0
+                      ) -> tuple[float, float]:
+    """Percentile interval of the mean of per-item differences, items resampled (seeded)."""
+    rng = random.Random(seed)
+    n = len(diffs)
+    means = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(resamples))
+    return means[int(0.025 * (resamples - 1))], means[int(0.975 * (resamples - 1))]
+
+
+def paired(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]]) -> Paired:
+    """Compares two evaluations' rollout rows (``rollouts.jsonl`` records) item by item.
+
+    Raises ValueError when the rows do not cover the same items.
+    """
+    a, b = _per_item(rows_a), _per_item(rows_b)
+    if set(a) != set(b):
+        raise ValueError(f"the runs evaluated different items ({len(set(a) - set(b))} only "
+                         f"in A, {len(set(b) - set(a))} only in B)")
+    if not a:
+        raise ValueError("no finished rollout to compare")
+    items = sorted(a)
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values)
+
+    reward_a = [mean([r["reward"] for r in a[i]]) for i in items]
+    reward_b = [mean([r["reward"] for r in b[i]]) for i in items]
+    diffs = [y - x for x, y in zip(reward_a, reward_b, strict=True)]
+    out: dict[str, Any] = {
+        "items": len(items), "mean_reward_a": mean(reward_a), "mean_reward_b": mean(reward_b),
+        "reward_diff": mean(diffs), "reward_diff_ci95": _paired_bootstrap(diffs)}
+    if all(r.get("success") is not None for i in items for r in a[i] + b[i]):
+        share_a = [mean([float(r["success"]) for r in a[i]]) for i in items]
+        share_b = [mean([float(r["success"]) for r in b[i]]) for i in items]
+        out.update(success_a=mean(share_a), success_b=mean(share_b),
+                   success_diff_ci95=_paired_bootstrap(
+                       [y - x for x, y in zip(share_a, share_b, strict=True)]))
+        if all(len(a[i]) == 1 and len(b[i]) == 1 for i in items):
+            only_a = sum(x > y for x, y in zip(share_a, share_b, strict=True))
+            only_b = sum(y > x for x, y in zip(share_a, share_b, strict=True))
+            out.update(only_a=only_a, only_b=only_b, mcnemar_p=mcnemar_exact(only_a, only_b))
+    return Paired(**out)
+
+
+def _load(spec: str, split: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A run folder's card and its rows of `split` (``RUN@VERSION``: played on VERSION)."""
+    folder, _, version = spec.partition("@")
+    path = Path(folder)
+    card_path, rows_path = path / "card.json", path / "rollouts.jsonl"
+    for needed in (card_path, rows_path):
+        if not needed.is_file():
+            raise ValueError(f"{spec}: no {needed.name} (a --out folder of swarmrl "
+                             "train or eval holds one)")
+    card = json.loads(card_path.read_text())
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("split") == split]
+    if version:
+        rows = [r for r in rows if r.get("policy_versions") == [int(version)]]
+    if not rows:
+        raise ValueError(f"{spec}: no {split} rollouts" + (f" on version {version}"
+                                                            if version else ""))
+    return card, rows
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swarmrl compare",
+        description="Compare two evaluations of the same items, paired item by item: "
+                    "exact McNemar for success (one rollout per item), paired bootstrap "
+                    "for mean reward (and for success with k rollouts per item).",
+        epilog="example:\n  swarmrl compare runs/base runs/trained          # their test "
+               "evaluations\n  swarmrl compare runs/a@0 runs/a@15 --split val  # a run's val, "
+               "before and after",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_a", metavar="RUN_A", help="a run folder (card.json, "
+                        "rollouts.jsonl); RUN@VERSION keeps the rollouts of that version")
+    parser.add_argument("run_b", metavar="RUN_B", help="the other run folder, the same way")
+    parser.add_argument("--split", default="test", choices=("val", "test"),
+                        help="the split to compare (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    return parser
+
+
+def compare_main(argv: Sequence[str]) -> int:
+    """Entry point of ``swarmrl compare``; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        (card_a, rows_a), (card_b, rows_b) = (_load(s, args.split) for s in (args.run_a,
+                                                                             args.run_b))
+        hashes = [c.get("splits", {}).get(args.split, {}).get("sha256") for c in (card_a,
+                                                                                card_b)]
+        if None in hashes or hashes[0] != hashes[1]:
+            raise ValueError(f"the runs' {args.split} splits differ (their cards' item "
+                             "hashes do not match)")
+        result = paired(rows_a, rows_b)
+    except ValueError as err:
+        print(f"swarmrl compare: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(asdict(result)))
+    else:
+        print(f"{card_a.get('env', {}).get('spec', '')} {args.split}: A = {args.run_a}, "
+              f"B = {args.run_b}")
+        print(result)
+    return 0

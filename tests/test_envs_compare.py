@@ -1,0 +1,88 @@
+"""`swarmrl compare`: two evaluations of the same items, paired item by item.
+
+The exact McNemar p-value against the binomial test's own definition (the probability,
+under Binomial(n, 1/2), of every outcome no likelier than the observed one, summed in
+exact fractions); the paired figures on run folders as `swarmrl train`/`eval` write them;
+refusals when the runs did not evaluate the same items."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from swarmrl._cli import main
+from swarmrl.envs._compare import paired
+from swarmrl.envs._stats import mcnemar_exact
+
+
+def binomial_test(k: int, n: int) -> float:
+    """Two-sided exact binomial test of k successes in n fair coin flips."""
+    pmf = [Fraction(comb(n, i), 2 ** n) for i in range(n + 1)]
+    return float(sum(p for p in pmf if p <= pmf[k]))
+
+
+@pytest.mark.parametrize(("only_a", "only_b"), [(0, 0), (0, 1), (3, 3), (2, 9), (0, 32),
+                                                (17, 4), (40, 55)])
+def test_mcnemar_exact_is_the_binomial_test_of_the_discordant_items(
+        only_a: int, only_b: int) -> None:
+    n = only_a + only_b
+    want = 1.0 if n == 0 else min(1.0, binomial_test(only_b, n))
+    assert mcnemar_exact(only_a, only_b) == pytest.approx(want, rel=1e-9)
+
+
+def _row(item: int, success: bool, *, version: int = 0, split: str = "test",
+         error: str = "") -> dict[str, object]:
+    return {"split": split, "item_id": f"{split}/{item}", "reward": float(success),
+            "success": success, "error": error, "policy_versions": [version]}
+
+
+def _run(folder: Path, rows: list[dict[str, object]], sha: str = "abc") -> Path:
+    folder.mkdir()
+    (folder / "card.json").write_text(json.dumps({
+        "env": {"spec": "m:E"}, "splits": {"test": {"sha256": sha}, "val": {"sha256": "v"}}}))
+    (folder / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_runs_are_paired_item_by_item(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    # 10 items: both solve 0-3, only B solves 4-8, only A solves 9; a failed rollout of
+    # item 10 in A and its pair in B are left out (no figure for a failed rollout).
+    a = [_row(i, i < 4 or i == 9) for i in range(10)] + [_row(10, False, error="timeout")]
+    b = [_row(i, i < 9) for i in range(11)]
+    with pytest.raises(ValueError, match="different items"):
+        paired(a, b)
+    b = b[:10]
+    result = paired(a, b)
+    assert (result.items, result.only_a, result.only_b) == (10, 1, 5)
+    assert (result.success_a, result.success_b) == (0.5, 0.9)
+    assert result.mcnemar_p == pytest.approx(binomial_test(5, 6))
+    low, high = result.success_diff_ci95 or (0.0, 0.0)
+    assert low <= 0.4 <= high and result.reward_diff == pytest.approx(0.4)
+
+    run_a = _run(tmp_path / "a", a + [_row(0, False, version=3, split="val")])
+    run_b = _run(tmp_path / "b", b)
+    assert main(["compare", str(run_a), str(run_b), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["items"], figures["only_b"], figures["only_a"]) == (10, 5, 1)
+    # Two rollouts per item (k = 2): success compared by the paired bootstrap alone.
+    twice = _run(tmp_path / "twice", b + b)
+    assert main(["compare", str(run_a), str(twice), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["mcnemar_p"] is None and figures["success_b"] == 0.9
+
+
+def test_runs_of_other_items_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                         ) -> None:
+    rows = [_row(i, True) for i in range(4)]
+    run_a, other = _run(tmp_path / "a", rows), _run(tmp_path / "b", rows, sha="other")
+    assert main(["compare", str(run_a), str(other)]) == 2
+    assert "splits differ" in capsys.readouterr().err
+    assert main(["compare", str(run_a), f"{run_a}@7", "--split", "test"]) == 2
+    assert "no test rollouts on version 7" in capsys.readouterr().err
+    assert main(["compare", str(run_a), str(tmp_path / "missing")]) == 2
+    assert "no card.json" in capsys.readouterr().err
