@@ -19,6 +19,7 @@ VLLM_FIXTURES = frozenset({"vllm_url", "vllm_lora_url", "own_vllm_url"})
 module server)."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that run a real vLLM server (a `vllm` mark, or a vLLM session fixture) go to
     one xdist worker as one group, first.
