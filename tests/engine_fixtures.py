@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 MAX_LEN = 128
 """Context length of the test engines (short: the limit is cheap to reach)."""
 LONG_CONTEXT = 1024
-"""Context length of the vLLM servers whose tests time an event (a kill, a weight sync)
-against a call in flight: a call of ~1,000 tokens still runs seconds after it started,
-even when the test reads its stream well behind the server (a loaded machine)."""
+"""Context length of the vLLM servers whose tests time a kill against a call in flight
+(tests/test_vllm_crash.py): a call of ~1,000 tokens still runs seconds after it started,
+even when the test reads its stream well behind the server (a loaded machine). Weight
+syncs are timed by holding the call instead (tests/vllm_support.py)."""
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = Path(os.environ.get("SWARMRL_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")

@@ -6,10 +6,12 @@ at runtime under a new name; the served logprobs of that version equal the train
 recompute (fp32, <= 1e-4), every recorded call carries the version of the adapter that
 produced it, the two models' policy versions move independently, and a sync moves the
 adapter's bytes, not the model's. A call running when a new version loads finishes on
-the version it started on."""
+the version it started on (held at a known token while the version loads, so that it
+surely runs then)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,13 +29,16 @@ from swarmrl_server.security import IN_PROCESS
 from tests.engine_fixtures import random_adapters
 from tests.helpers import assert_eventually
 from tests.test_lora_serving import recompute
-from tests.test_trainer_vllm import PROMPT, run
+from tests.test_trainer_vllm import PROMPT, collect, run
+from tests.vllm_support import hold_calls
 
 pytestmark = pytest.mark.slow
 
 TRAIN = {"lora_rank": "8", "lora_alpha": "16", "batch_rule": "groups", "group_size": "2",
          "batch_size": "1", "lr": "5e-2", "progress": "false", "checkpoint_every": "0",
          "checkpoint_on_stop": "false"}
+HOLD_AT = 3
+"""Tokens the long call streams before it is held (while the next adapter version loads)."""
 
 
 @pytest.fixture
@@ -117,9 +122,10 @@ async def test_a_call_finishes_on_the_adapter_version_it_started_on(
 ) -> None:
     """Loading version 2 does not wait for calls on version 1: they finish on it (stamped
     1, with version 1's logprobs) while new calls start on version 2; version 1 is then
-    unloaded."""
+    unloaded. The long call is held after HOLD_AT tokens (tests/vllm_support.py) until
+    version 2 has loaded and served a call, so it surely runs across the load."""
     from swarmrl_server.engine.adapter import LoraSpec
-    from swarmrl_server.engine.base import GenerationChunk, GenerationOutput
+    from swarmrl_server.engine.base import GenerationOutput
     from swarmrl_server.trainer import lora
 
     model, versions = random_adapters(tiny_model_dir, (1, 2))
@@ -130,13 +136,27 @@ async def test_a_call_finishes_on_the_adapter_version_it_started_on(
     await view.start()
     try:
         await view.update_weights(versions[0], 1)
-        long = view.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=100, seed=1))
-        assert isinstance(await anext(long), GenerationChunk)
-        await view.update_weights(versions[1], 2)  # returns with the long call running
+        hold = await hold_calls(base.servers[0], tokens=HOLD_AT)
+        long = asyncio.create_task(collect(view.generate(
+            PROMPT, SamplingParams(temperature=1.0, max_tokens=100, seed=1))))
+        await hold.wait_held()
+        # Returns with the long call running (held); a load that waited for it would not.
+        await asyncio.wait_for(view.update_weights(versions[1], 2), timeout=60)
+        hold.log("loaded")
+        assert not long.done()
         new = await run(view, SamplingParams(temperature=0.7, max_tokens=8, seed=2))  # type: ignore[arg-type]
         assert new.policy_version == 2 == view.policy_version
-        old = [item async for item in long][-1]
+        hold.release()
+        old = (await long)[-1]
         assert isinstance(old, GenerationOutput) and old.policy_version == 1
+        assert old.spans() == [(1, 0, len(old.completion_ids))]
+        assert len(old.completion_ids) > hold.passed  # it streamed on after the load
+        # The long call was in flight on version 1 when version 2 loaded; version 1 was
+        # unloaded only once the call had ended.
+        hold.assert_order("held", "POST /v1/load_lora_adapter", "loaded", "released", "ended")
+        await assert_eventually(
+            lambda: check("POST /v1/unload_lora_adapter" in hold.names()), timeout=30)
+        hold.assert_order("ended", "POST /v1/unload_lora_adapter")
         from peft import set_peft_model_state_dict
 
         for tensors, out, temperature in ((versions[0], old, 1.0), (versions[1], new, 0.7)):

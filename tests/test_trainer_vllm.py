@@ -1,11 +1,14 @@
 """Training with vLLM as the engine: a real `vllm serve` (the session's) behind a real swarm
 server and trainer. After one trainer step the server serves policy version 1, its
 logprobs equal the trainer's own recompute under the new weights, and every recorded
-call carries the version of the weights that produced it."""
+call carries the version of the weights that produced it. A (waiting) weight sync lets a
+call in flight finish on the old version before it reloads: the call is held at a known
+token (tests/vllm_support.py) until the sync is seen waiting for it, so it surely is."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,10 +23,12 @@ from swarmrl_server.errors import SwarmError
 from swarmrl_server.security import IN_PROCESS
 from tests.engine_fixtures import MAX_LEN
 from tests.helpers import assert_eventually
-from tests.test_vllm_interrupt import ballast
+from tests.vllm_support import hold_calls
 
 pytestmark = pytest.mark.slow
 PROMPT = [5, 6, 7, 8, 9, 10]
+HOLD_AT = 3
+"""Tokens the long call streams before it is held."""
 
 
 async def restore_weights(url: str, model_dir: Path) -> None:
@@ -40,6 +45,11 @@ async def run(engine: VLLMEngine, params: SamplingParams) -> GenerationOutput:
         if isinstance(item, GenerationOutput):
             return item
     raise AssertionError("no output")
+
+
+async def collect(stream: AsyncIterator[GenerationChunk | GenerationOutput]
+                  ) -> list[GenerationChunk | GenerationOutput]:
+    return [item async for item in stream]
 
 
 async def test_one_trainer_step_reaches_vllm_with_its_version(
@@ -120,35 +130,33 @@ async def test_calls_in_flight_finish_on_the_old_version(
     state = {k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()}
     try:
         # The sync waits for calls running on the server (not for a caller slow to read: a
-        # finished call's stream is read to its end by its own task). Long calls running
-        # meanwhile (`ballast`) slow the server's steps so that the sync lands mid-call; a
-        # call that still ended before the sync's weights were written tries again.
-        async with ballast(engine):
-            await asyncio.sleep(0.3)  # the ballast is streaming
-            for version in (7, 8, 9):
-                previous = engine.policy_version
-                long = engine.generate(PROMPT, SamplingParams(
-                    temperature=1.0, max_tokens=120, seed=version, stop_token_ids=()))
-                first = await anext(long)
-                assert isinstance(first, GenerationChunk)
-                sync = asyncio.create_task(engine.update_weights(state, version))
-                # Once the weights are written the sync holds new calls (or is over).
-                await assert_eventually(
-                    lambda sync=sync: _check(not engine._open.is_set() or sync.done()),
-                    timeout=60)
-                late = asyncio.create_task(run(engine, SamplingParams(temperature=0,
-                                                                      max_tokens=4)))
-                old = [item async for item in long][-1]
-                assert isinstance(old, GenerationOutput) and old.policy_version == previous
-                await sync
-                new = await late  # it waited for the sync: it runs on the new weights
-                assert new.policy_version == version == engine.policy_version
-                assert await engine.servers[0].weight_version() == str(version)
-                assert engine.last_sync is not None
-                if engine.last_sync.drain_s > 0.01:  # the sync waited for calls in flight
-                    break
-            else:
-                pytest.fail("every sync found no call running on the server")
+        # finished call's stream is read to its end by its own task). The long call is held
+        # after HOLD_AT tokens (tests/vllm_support.py) until the sync is seen waiting for it.
+        hold = await hold_calls(engine.servers[0], tokens=HOLD_AT)
+        long = asyncio.create_task(collect(engine.generate(PROMPT, SamplingParams(
+            temperature=1.0, max_tokens=60, seed=7, stop_token_ids=()))))
+        await hold.wait_held()
+        sync = asyncio.create_task(engine.update_weights(state, 7))
+        # Once the weights are written the sync holds new calls and waits for the long one.
+        await assert_eventually(lambda: _check(not engine._open.is_set() or sync.done()),
+                                timeout=60)
+        hold.log("sync waits")
+        assert not sync.done() and engine.policy_version == 0, hold.names()
+        late = asyncio.create_task(run(engine, SamplingParams(temperature=0, max_tokens=4)))
+        hold.release()
+        old = (await long)[-1]
+        assert isinstance(old, GenerationOutput) and old.policy_version == 0
+        assert old.spans() == [(0, 0, len(old.completion_ids))]
+        assert len(old.completion_ids) > hold.passed  # it streamed on after the release
+        await sync
+        new = await late  # it waited for the sync: it runs on the new weights
+        assert new.policy_version == 7 == engine.policy_version
+        assert await engine.servers[0].weight_version() == "7"
+        # The sync's drain covered the held call: it lasted from before the test saw the
+        # sync waiting until after the call ended, and the reload began only then.
+        hold.assert_order("held", "sync waits", "released", "ended", "POST /pause")
+        assert engine.last_sync is not None
+        assert engine.last_sync.drain_s >= hold.at("ended") - hold.at("sync waits") > 0
         # Trainable models refuse top_p < 1: vLLM's logprobs would be the nucleus's.
         with pytest.raises(SwarmError) as err:  # refused by resolve, before the engine
             resolve_sampling(SamplingRequest(temperature=1.0, top_p=0.9), GenerationPolicy(),

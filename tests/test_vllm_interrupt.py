@@ -1,4 +1,5 @@
-"""Interruptible weight syncs on a real `vllm serve` (this module's own, from .venv-vllm):
+"""Interruptible weight syncs on a real `vllm serve` (from .venv-vllm: this module's own;
+the session's LoRA server for LoRA):
 the call in flight is stopped at the last token it streamed (its request aborted),
 resubmitted as prompt + tokens after the reload, and returns as one call.
 
@@ -11,87 +12,69 @@ resubmitted as prompt + tokens after the reload, and returns as one call.
   each with its adapter's logprobs).
 The tests that change the server's weights put the original ones back.
 
-The sync must land while the call runs. It is started once the call has streamed a few
-tokens, but this process may read the stream seconds behind the server (a loaded
-machine), and the sync first writes the weights, competing for the CPU. So the full-
-calls are long (`LONG`: up to ~1,000 tokens, on servers with a `LONG_CONTEXT` context)
-and run among `BALLAST` other calls that slow the server's steps (interrupted
-too, and cancelled at the end); a call that still ended before its sync is tried again,
-at most nine times."""
+The sync surely lands mid-call: the call is held once it has streamed `HOLD_AT` tokens
+(tests/vllm_support.py: the engine's reader sees a server pausing between two chunks),
+the sync starts while it is held, and the hold lasts until the sync has landed. So the
+sync stops the call at exactly the held token (its stream closed while held), and each
+test asserts that it did: spans [v, v + 1] split at `Hold.passed`."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import torch
 
 from swarmrl_server.engine.base import Engine, GenerationOutput, SamplingParams
 from swarmrl_server.engine.vllm.engine import VLLMEngine
-from tests.engine_fixtures import LONG_CONTEXT, launch_vllm, random_adapters
+from tests.engine_fixtures import launch_vllm, random_adapters
 from tests.test_interrupt import PROMPT, assert_spans_exact, run_call, versions
+from tests.vllm_support import Hold, hold_calls
 
 pytestmark = pytest.mark.slow
 __all__ = ["versions"]  # the fixture, shared with test_interrupt
-LONG = LONG_CONTEXT - len(PROMPT)
-BALLAST = 16
-T = TypeVar("T")
+HOLD_AT = 3
+"""Tokens a call streams before it is held (and the sync starts)."""
+MAX_TOKENS = 100
+SYNC_TIMEOUT_S = 60
+"""How long a sync may take before the held call is released anyway (and the test fails)."""
 
 
 @pytest.fixture(scope="module")
 def own_vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
                  ) -> Iterator[str]:
-    """This module's own `vllm serve` of the tiny model, with a longer context than the
-    session's (`vllm_url`): long calls (module docstring), and a server no other test has
-    driven (on the session's server the first test failed after tests/test_trainer_vllm.py:
-    a first span's logprobs off the base weights)."""
-    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm-interrupt"),
-                           max_model_len=LONG_CONTEXT)
+    """This module's own `vllm serve` of the tiny model: a server no other test has driven
+    (on the session's server the first test failed after tests/test_trainer_vllm.py: a
+    first span's logprobs off the base weights)."""
+    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm-interrupt"))
 
 
-@asynccontextmanager
-async def ballast(engine: Engine) -> AsyncIterator[None]:
-    """`BALLAST` long calls running meanwhile (see the module docstring)."""
-    async def drain(seed: int) -> None:
-        while True:  # one call after another until cancelled
-            async for _ in engine.generate([20 + seed, 21, 22, 23], SamplingParams(
-                    temperature=1.0, max_tokens=120)):
-                pass
+async def held_call(engine: Engine, vllm: VLLMEngine, params: SamplingParams,
+                    sync: Callable[[], Awaitable[None]]) -> tuple[Hold, GenerationOutput]:
+    """Runs a call on `engine` (served by `vllm`'s server), holds it at `HOLD_AT` tokens,
+    runs `sync()` (an interrupting update) while it is held, and releases it once the sync
+    has landed. Checks the sync stopped the held call; returns the hold and the call."""
+    hold = await hold_calls(vllm.servers[0], tokens=HOLD_AT)
 
-    tasks = [asyncio.create_task(drain(seed)) for seed in range(BALLAST)]
-    try:
-        yield
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async def sync_while_held() -> None:
+        await hold.wait_held()
+        hold.log("sync")
+        task = asyncio.ensure_future(sync())
+        try:  # a sync that does not stop the call waits for it: release it after a while
+            await asyncio.wait({task}, timeout=SYNC_TIMEOUT_S)
+        finally:
+            hold.release()  # (a no-op once the sync closed the held stream)
+        await task
+        hold.log("synced")
 
-
-async def among_ballast(engine: Engine, call: Awaitable[T]) -> T:
-    async with ballast(engine):
-        await asyncio.sleep(0.3)  # the ballast is streaming
-        return await call
-
-
-async def interrupted_call(engine: Engine, params: SamplingParams,
-                           sync: Callable[[int], Awaitable[None]],
-                           reset: Callable[[int], Awaitable[None]], first: int
-                           ) -> tuple[int, GenerationOutput]:
-    """Runs a call among the ballast and, once it streams, `sync(version)` (an interrupting
-    update), until the sync lands mid-call (two spans; at most 9 tries). A try whose call
-    ended first is followed by `reset(version + 1)` (its weights back). Returns the
-    sync's version and the call."""
-    for version in range(first, first + 18, 2):
-        _, out = await among_ballast(engine, run_call(
-            engine, PROMPT, params, sync=lambda v=version: sync(v)))
-        if len(out.spans()) == 2:
-            return version, out
-        await reset(version + 1)
-    raise AssertionError("no sync landed mid-call in 9 tries")
+    _, out = await run_call(engine, PROMPT, params, sync=sync_while_held, after_tokens=HOLD_AT)
+    assert "released" not in hold.names(), hold.names()
+    hold.assert_order("held", "sync", "closed while held", "synced")
+    assert vllm.last_sync is not None and vllm.last_sync.interrupted == 1
+    return hold, out
 
 
 async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
@@ -102,16 +85,13 @@ async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
                         weights_dir=tmp_path / "w")
     await engine.start()
     try:
-        params = SamplingParams(temperature=0.7, max_tokens=LONG, seed=3)
-        version, out = await interrupted_call(
-            engine, params, lambda v: engine.update_weights(v1, v, interrupt=True),
-            lambda v: engine.update_weights(v0, v), first=1)
-        (va, a0, a1), (vb, b0, b1) = out.spans()
-        assert (va, a0, vb, b1) == (version - 1, 0, version, len(out.completion_ids))
-        assert 3 <= a1 == b0 < b1
-        assert engine.last_sync is not None and engine.last_sync.interrupted >= 1
-        assert engine.last_sync.resume_s > 0
-        assert_spans_exact(out, model, {version - 1: v0, version: v1}, 0.7)
+        params = SamplingParams(temperature=0.7, max_tokens=MAX_TOKENS, seed=3)
+        hold, out = await held_call(engine, engine, params,
+                                    lambda: engine.update_weights(v1, 1, interrupt=True))
+        assert out.spans() == [(0, 0, hold.passed), (1, hold.passed, len(out.completion_ids))]
+        assert len(out.completion_ids) > hold.passed >= HOLD_AT
+        assert engine.last_sync is not None and engine.last_sync.resume_s > 0
+        assert_spans_exact(out, model, {0: v0, 1: v1}, 0.7)
         assert await engine.inflight() == 0  # the interrupted request is gone from vLLM
     finally:
         await engine.update_weights(v0, 100)  # the original weights back (a new version)
@@ -127,18 +107,19 @@ async def test_vllm_resumed_on_the_same_weights_is_the_uninterrupted_call(
     await engine.start()
     try:
         await engine.update_weights(v1, 1)  # greedy on v0 repeats one word: no stop string
-        _, whole = await run_call(engine, PROMPT, SamplingParams(temperature=0, max_tokens=LONG))
+        _, whole = await run_call(engine, PROMPT,
+                                  SamplingParams(temperature=0, max_tokens=MAX_TOKENS))
         assert len(whole.text) > 40, whole.text
         at, stop = first_new_string(whole.text)
-        params = SamplingParams(temperature=0, max_tokens=LONG, stop=(stop,))
+        params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, stop=(stop,))
         _, plain = await run_call(engine, PROMPT, params)
-        version, resumed = await interrupted_call(  # the sync lands before the stop string
-            engine, params, lambda v: engine.update_weights(v1, v, interrupt=True),
-            lambda v: engine.update_weights(v1, v), first=2)
+        hold, resumed = await held_call(  # the sync lands before the stop string
+            engine, engine, params, lambda: engine.update_weights(v1, 2, interrupt=True))
         assert plain.finish_reason == "stop" and plain.text == whole.text[:at]
         assert (resumed.completion_ids, resumed.text, resumed.finish_reason) == (
             plain.completion_ids, plain.text, plain.finish_reason)
-        assert [v for v, _, _ in resumed.spans()] == [version - 1, version]
+        assert resumed.spans() == [(1, 0, hold.passed),
+                                   (2, hold.passed, len(resumed.completion_ids))]
     finally:
         await engine.update_weights(v0, 100)  # the original weights back (a new version)
         await engine.stop()
@@ -170,14 +151,13 @@ async def test_vllm_adapter_calls_resume_on_the_new_adapter(
     await view.start()
     try:
         await view.update_weights(tensors[0], 1)
-        params = SamplingParams(temperature=0.7, max_tokens=LONG, seed=4)
-        version, out = await interrupted_call(
-            view, params, lambda v: view.update_weights(tensors[1], v, interrupt=True),
-            lambda v: view.update_weights(tensors[0], v), first=2)
-        assert [v for v, _, _ in out.spans()] == [version - 1, version]
-        assert out.policy_version == version
+        params = SamplingParams(temperature=0.7, max_tokens=MAX_TOKENS, seed=4)
+        hold, out = await held_call(view, base, params,
+                                    lambda: view.update_weights(tensors[1], 2, interrupt=True))
+        assert out.spans() == [(1, 0, hold.passed), (2, hold.passed, len(out.completion_ids))]
+        assert out.policy_version == 2
         for v, start, end in out.spans():
-            set_peft_model_state_dict(model, tensors[v - version + 1],
+            set_peft_model_state_dict(model, tensors[v - 1],
                                       adapter_name=lora.ADAPTER_NAME)
             with torch.no_grad():
                 logits_T_V = model(input_ids=torch.tensor([PROMPT + out.completion_ids])).logits[
