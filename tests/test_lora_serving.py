@@ -6,21 +6,20 @@ call carries the version of the adapter that produced it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 import swarmrl
-from swarmrl_server.app import RunningServer, start_server
-from swarmrl_server.config import ModelSpec, ServerConfig
+from swarmrl_server.app import RunningServer
+from swarmrl_server.config import ModelSpec
 from swarmrl_server.engine.adapter import AdapterEngine
 from swarmrl_server.engine.base import SamplingParams
 from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
+from tests.server_fixtures import ServerFactory
 from tests.test_trainer_vllm import PROMPT, run
 
 TRAIN = {"lora_rank": "8", "lora_alpha": "16", "batch_rule": "groups", "group_size": "2",
@@ -29,16 +28,10 @@ TRAIN = {"lora_rank": "8", "lora_alpha": "16", "batch_rule": "groups", "group_si
 
 
 @pytest.fixture
-async def two_adapters(model_cache: Path, tmp_path: Path) -> AsyncIterator[RunningServer]:
-    config = ServerConfig(
+async def two_adapters(make_server: ServerFactory) -> RunningServer:
+    return await make_server(
         models=(ModelSpec("a", "tiny", engine="hf"), ModelSpec("b", "tiny", engine="hf")),
-        port=0, http_port=None, data_dir=tmp_path / "data", cache_dir=model_cache, grace_s=0.5,
-        train=True, train_options=TRAIN)
-    running = await start_server(config)
-    try:
-        yield running
-    finally:
-        await running.stop()
+        train=TRAIN)
 
 
 def recompute(model: Any, completion: list[int], temperature: float) -> torch.Tensor:
