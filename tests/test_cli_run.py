@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import re
 import sys
 import textwrap
 from pathlib import Path
@@ -12,6 +10,7 @@ from typing import Any
 import pytest
 
 from swarmrl_server.security import IN_PROCESS
+from tests.cli_support import episode_ids, swarmrl_run
 
 pytestmark = pytest.mark.slow  # each test starts Python processes (wrapper + agent)
 
@@ -45,20 +44,6 @@ client = anthropic.Anthropic(max_retries=0)  # ANTHROPIC_BASE_URL / ANTHROPIC_AP
 client.messages.create(model=os.environ["SWARMRL_MODEL"], max_tokens=3,
                        messages=[{"role": "user", "content": "Hi"}])
 """
-
-
-async def swarmrl_run(server: Any, *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "swarmrl._run", "--target", server.grpc_target, *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
-    assert proc.returncode is not None
-    return proc.returncode, err.decode() + out.decode()
-
-
-def episode_ids(log: str) -> list[str]:
-    return re.findall(r"episode (ep-[0-9a-f]+) started", log)
 
 
 def agent(tmp_path: Path, source: str = AGENT) -> str:

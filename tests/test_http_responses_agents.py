@@ -28,8 +28,8 @@ from agents.models.openai_responses import OpenAIResponsesModel
 
 from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.timelines.merge import merge_calls
+from tests.cli_support import episode_ids, swarmrl_run
 from tests.http_support import Ep, start_episode, stored_calls, tool_call_text
-from tests.test_cli_run import episode_ids, swarmrl_run
 
 
 @pytest.fixture(autouse=True)

@@ -14,8 +14,7 @@ import swarmrl
 from swarmrl_server.engine.base import SamplingParams
 from tests.helpers import assert_eventually
 from tests.server_fixtures import ServerFactory
-from tests.test_lora_serving import recompute
-from tests.test_trainer_vllm import PROMPT
+from tests.serving_support import PROMPT, recompute
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,6 @@ call carries the version of the adapter that produced it."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 
@@ -20,7 +18,7 @@ from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
 from tests.server_fixtures import ServerFactory
-from tests.test_trainer_vllm import PROMPT, run
+from tests.serving_support import PROMPT, recompute, run
 
 TRAIN = {"lora_rank": "8", "lora_alpha": "16", "batch_rule": "groups", "group_size": "2",
          "batch_size": "1", "lr": "5e-2", "progress": "false", "checkpoint_every": "0",
@@ -32,14 +30,6 @@ async def two_adapters(make_server: ServerFactory) -> RunningServer:
     return await make_server(
         models=(ModelSpec("a", "tiny", engine="hf"), ModelSpec("b", "tiny", engine="hf")),
         train=TRAIN)
-
-
-def recompute(model: Any, completion: list[int], temperature: float) -> torch.Tensor:
-    with torch.no_grad():
-        logits_T_V = model(input_ids=torch.tensor([PROMPT + completion])).logits[
-            0, len(PROMPT) - 1 : -1].float()
-    return torch.log_softmax(logits_T_V / temperature, -1).gather(
-        1, torch.tensor(completion)[:, None])[:, 0]
 
 
 async def test_two_adapters_on_one_hf_base_train_and_serve_independently(
