@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from swarmrl_server.engine.echo import EchoEngine
-from tests.http_support import start_episode, stored_calls
+from tests.http_support import start_episode
 from tests.server_fixtures import ServerFactory
+from tests.store_support import stored_calls
 
 
 def test_engine_flags_pick_an_engine_per_model() -> None:

@@ -21,9 +21,10 @@ import pytest
 
 import swarmrl
 from swarmrl.envs import Environment, Item, Outcome, Rollout, Runner, RunnerConfig, Split
-from tests.envs_support import read_rollouts, trained_episode_ids
+from tests.envs_support import read_rollouts
 from tests.helpers import REPO
 from tests.server_fixtures import ServerFactory
+from tests.store_support import trained_episode_ids
 
 TRAIN = {"batch_rule": "groups", "group_size": "2", "batch_size": "1", "lr": "1e-3",
          "progress": "false", "checkpoint_every": "0", "checkpoint_on_stop": "false"}

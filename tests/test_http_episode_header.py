@@ -22,8 +22,9 @@ import pytest
 
 import swarmrl
 from tests.engine_fixtures import make_engine
-from tests.http_support import start_episode, stored_calls
+from tests.http_support import start_episode
 from tests.server_fixtures import ServerFactory
+from tests.store_support import stored_calls
 
 USER = [{"role": "user", "content": "hi"}]
 EPISODES = 200

@@ -12,8 +12,9 @@ from structlog.testing import capture_logs
 
 from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
-from tests.http_support import aclient, start_episode, stored_calls
+from tests.http_support import aclient, start_episode
 from tests.server_fixtures import ServerFactory
+from tests.store_support import stored_calls
 
 USER = [{"role": "user", "content": "Name a fruit."}]
 

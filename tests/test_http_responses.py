@@ -17,8 +17,9 @@ import openai
 import pytest
 
 from swarmrl_server.timelines.merge import merge_calls
-from tests.http_support import Ep, start_episode, stored_calls, tool_call_text
+from tests.http_support import Ep, start_episode, tool_call_text
 from tests.server_fixtures import ServerFactory
+from tests.store_support import stored_calls
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

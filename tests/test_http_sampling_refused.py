@@ -20,8 +20,9 @@ import pytest
 
 from swarmrl_server.http.protocol import REFUSED_UNLESS_NEUTRAL
 from tests.engine_fixtures import make_engine
-from tests.http_support import Ep, aclient, start_episode, stored_calls
+from tests.http_support import Ep, aclient, start_episode
 from tests.server_fixtures import ServerFactory
+from tests.store_support import stored_calls
 
 USER = [{"role": "user", "content": "hi"}]
 NOT_NEUTRAL: dict[str, object] = {

@@ -30,6 +30,7 @@ from swarmrl_server.engine.base import SamplingParams
 from swarmrl_server.engine.echo import EchoEngine
 from swarmrl_server.engine.hf.engine import HFEngine
 from tests.interrupt_support import PROMPT, assert_spans_exact, run_call, versions
+from tests.store_support import stored_episode
 
 __all__ = ["versions"]  # the fixture (tests/interrupt_support.py), found by pytest by name
 STEP_S = 0.01
@@ -158,7 +159,6 @@ async def test_a_client_sees_one_call_with_spans_in_its_record(server: Any, vers
     """Through gRPC: the stream is one call, its final record and the stored call carry
     both spans, and the tokens the client streamed are the recorded ones."""
     import swarmrl
-    from swarmrl_server.security import IN_PROCESS
 
     _, _, v1 = versions
     engine = server.swarm.models["tiny"].engine
@@ -186,5 +186,5 @@ async def test_a_client_sees_one_call_with_spans_in_its_record(server: Any, vers
     assert streamed == list(completion.completion_ids)
     (va, _, a), (vb, b, end) = completion.version_spans
     assert (va, vb, end) == (0, 1, n) and 3 <= a == b < n and completion.policy_version == 1
-    record = await server.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
+    record = await stored_episode(server, episode_id)
     assert record.calls[0].version_spans == [tuple(s) for s in completion.version_spans]

@@ -15,10 +15,10 @@ from swarmrl_server.config import ModelSpec
 from swarmrl_server.engine.adapter import AdapterEngine
 from swarmrl_server.engine.base import SamplingParams
 from swarmrl_server.engine.hf.engine import HFEngine
-from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
 from tests.server_fixtures import ServerFactory
 from tests.serving_support import PROMPT, recompute, run
+from tests.store_support import stored_episode
 
 TRAIN = {"lora_rank": "8", "lora_alpha": "16", "batch_rule": "groups", "group_size": "2",
          "batch_size": "1", "lr": "5e-2", "progress": "false", "checkpoint_every": "0",
@@ -60,7 +60,7 @@ async def test_two_adapters_on_one_hf_base_train_and_serve_independently(
     assert (a.engine.policy_version, b.engine.policy_version) == (1, 0)
     assert a.trainer.policy_version == 1 and b.trainer.policy_version == 0
     for episode_id, versions in [(e, {"a": 0}) for e in before] + [(after, {"a": 1, "b": 0})]:
-        record = await swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
+        record = await stored_episode(two_adapters, episode_id)
         assert {c.model: c.policy_version for c in record.calls} == versions
     # The push moved the adapter alone.
     assert 0 < a.engine.last_sync_bytes < 0.05 * sum(
