@@ -8,18 +8,16 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from swarmrl_server.config import ModelSpec, ServerConfig
-from swarmrl_server.engine.hf.engine import HFEngine
-from swarmrl_server.hosting import ModelHost
 from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
-from swarmrl_server.swarm import Swarm
 from swarmrl_server.trainer.step import EpisodeRows, episode_rows
-from swarmrl_server.wiring import attach_trainers
+
+if TYPE_CHECKING:
+    from swarmrl_server.swarm import Swarm
 
 MODEL = "tiny"
 PROMPT = [1, 873, 198, 1100, 1200, 30, 2, 198, 1, 1300, 198]
@@ -168,10 +166,16 @@ def two_episode_group(model: torch.nn.Module) -> tuple[EpisodeRows, EpisodeRows]
     return episode_rows(good, MODEL, "g")[0], episode_rows(bad, MODEL, "g")[0]
 
 
-# -- a swarm with a trainer (no front doors) --------------------------------------------
+# -- a swarm with a trainer, no front doors ---------------------------------------------
+# (The server's modules are imported when used: the FSDP tests' spawned workers import
+# this module for the episodes alone.)
 
 
 async def open_swarm(data_dir: Path, model_dir: Path) -> Swarm:
+    from swarmrl_server.engine.hf.engine import HFEngine
+    from swarmrl_server.hosting import ModelHost
+    from swarmrl_server.swarm import Swarm
+
     engine = HFEngine.from_pretrained(MODEL, model_dir)
     swarm = Swarm({MODEL: ModelHost(MODEL, engine, "tiny", model_dir, trainable=True)},
                   data_dir=data_dir)
@@ -182,6 +186,9 @@ async def open_swarm(data_dir: Path, model_dir: Path) -> Swarm:
 async def train(swarm: Swarm, resume: Path | None = None, **options: str) -> Any:
     """Attaches a trainer of MODEL to `swarm` (one group of 2 a step unless `options` say
     otherwise) and returns it."""
+    from swarmrl_server.config import ModelSpec, ServerConfig
+    from swarmrl_server.wiring import attach_trainers
+
     options = {"progress": "false", "group_size": "2", "batch_rule": "groups", "batch_size": "1",
                "lr": "1e-3", **options}
     config = ServerConfig(models=(ModelSpec(MODEL, "tiny"),), train=True, train_options=options,
