@@ -54,7 +54,7 @@ def _episodes(tokenizer: Any, vocab: int, groups: int, turns: int, seed: int = 0
     from swarmrl_server.engine.grammar import grammar_json, json_schema_tag, tool_call_tag
     from swarmrl_server.engine.text import end_of_turn_ids
     from swarmrl_server.episodes.chat import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
-    from tests.test_trainer_common import make_call, make_episode
+    from tests.trainer_support import make_call, make_episode
 
     rng = random.Random(seed)
     stops = end_of_turn_ids(tokenizer)

@@ -40,7 +40,7 @@ MODES = {"full": {}, "lora": {"lora_rank": "8", "lora_alpha": "16"}}
 
 def _batch(vocab: int, episodes: int, tokens: int) -> list[Any]:
     from swarmrl_server.trainer.step import episode_rows
-    from tests.test_trainer_common import make_call, make_episode
+    from tests.trainer_support import make_call, make_episode
 
     g = torch.Generator().manual_seed(0)
     out = []

@@ -48,7 +48,7 @@ TEXTWORLD = traces.TraceShape(
 
 def _episodes(vocab: int, tasks: int) -> list[Any]:
     from swarmrl_server.trainer.step import episode_rows
-    from tests.test_trainer_common import make_episode
+    from tests.trainer_support import make_episode
 
     out = []
     for i, ep in enumerate(traces.make_episodes(

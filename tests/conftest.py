@@ -1,15 +1,15 @@
-"""Shared fixtures: a tiny model built once per session, and servers on loopback."""
+"""Shared fixtures: a tiny model built once per session; servers on loopback come from
+tests/server_fixtures.py (`make_server`, `server`, `http_server`, `scripted_server`)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-# Servers with the HTTP shim on (http_server, scripted_server); the session's vLLM server.
-pytest_plugins = ("tests.http_fixtures", "tests.engine_fixtures")
+# Servers on loopback (make_server and the fixtures built on it); the session's vLLM server.
+pytest_plugins = ("tests.server_fixtures", "tests.engine_fixtures")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -64,20 +64,3 @@ def tiny_model_dir(model_cache: Path) -> Path:
     from swarmrl_server.models import resolve_model
 
     return resolve_model("tiny", model_cache)
-
-
-@pytest.fixture
-async def server(tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> AsyncIterator[object]:
-    """A real swarm server (gRPC on 127.0.0.1:0, tiny model, SQLite in tmp_path)."""
-    from swarmrl_server.app import start_server
-    from swarmrl_server.config import ModelSpec, ServerConfig
-
-    config = ServerConfig(
-        models=(ModelSpec("tiny", "tiny"),), port=0, http_port=None,
-        data_dir=tmp_path / "data", cache_dir=model_cache, grace_s=0.5,
-    )
-    running = await start_server(config)
-    try:
-        yield running
-    finally:
-        await running.stop()

@@ -1,4 +1,4 @@
-"""Helpers for the HTTP shim tests: episodes, stored calls, a scripted engine.
+"""Helpers for the HTTP shim tests: episodes, clients, a scripted engine.
 
 The official `openai` and `anthropic` clients are the conformance oracle; they talk
 to a real server (gRPC + HTTP in one loop, tiny model) on loopback.
@@ -50,11 +50,6 @@ def aclient(ep: Ep, **kw: Any) -> Any:
     import openai
 
     return openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.key, max_retries=0, **kw)
-
-
-async def stored_calls(running: Any, episode_id: str) -> list[Any]:
-    record = await running.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
-    return sorted(record.calls, key=lambda c: c.seq)
 
 
 class ScriptedEngine(Engine):

@@ -21,11 +21,11 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from functools import cache
 
 import grimp
 import pytest
 
+from tests.architecture_support import graph
 from tests.helpers import REPO
 
 S = "swarmrl_server."
@@ -70,11 +70,6 @@ KNOWN: dict[str, set[tuple[str, ...]]] = {
 MAX_LINES = 500
 GENERATED = ("sdk_python/swarmrl_proto/", "sdk_stubs/")
 SOURCE_DIRS = ("sdk_python", "server", "examples", "benchmarks", "scripts", "tools", "tests")
-
-
-@cache
-def graph() -> grimp.ImportGraph:
-    return grimp.build_graph("swarmrl", "swarmrl_server", "swarmrl_proto", cache_dir=None)
 
 
 def project_modules() -> list[str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import re
 import sys
 import textwrap
 from pathlib import Path
@@ -12,6 +10,8 @@ from typing import Any
 import pytest
 
 from swarmrl_server.security import IN_PROCESS
+from tests.cli_support import episode_ids, swarmrl_run
+from tests.store_support import stored_episode
 
 pytestmark = pytest.mark.slow  # each test starts Python processes (wrapper + agent)
 
@@ -47,20 +47,6 @@ client.messages.create(model=os.environ["SWARMRL_MODEL"], max_tokens=3,
 """
 
 
-async def swarmrl_run(server: Any, *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "swarmrl._run", "--target", server.grpc_target, *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
-    assert proc.returncode is not None
-    return proc.returncode, err.decode() + out.decode()
-
-
-def episode_ids(log: str) -> list[str]:
-    return re.findall(r"episode (ep-[0-9a-f]+) started", log)
-
-
 def agent(tmp_path: Path, source: str = AGENT) -> str:
     path = tmp_path / "agent.py"
     path.write_text(textwrap.dedent(source))
@@ -74,7 +60,7 @@ async def test_reward_file_ends_each_episode(http_server: Any, tmp_path: Path) -
     ids = episode_ids(log)
     assert len(ids) == 2
     for episode_id in ids:
-        record = await http_server.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
+        record = await stored_episode(http_server, episode_id)
         assert record.state.value == "ended" and record.reward == 0.75
         assert record.task_id == "add" and len(record.calls) == 1
 
@@ -95,7 +81,7 @@ async def test_crashing_or_rewardless_agent_aborts_its_episode(
                                   "--", sys.executable, agent(tmp_path), "fail")
     assert code == 1, log
     crashed, rewardless = episode_ids(log)
-    record = await http_server.swarm.episodes.get(crashed, with_calls=True, caller=IN_PROCESS)
+    record = await stored_episode(http_server, crashed)
     assert record.state.value == "aborted" and "exit status 1" in record.abort_reason
     assert len(record.calls) == 1  # kept for inspection, never trained
     record = await http_server.swarm.episodes.get(rewardless, caller=IN_PROCESS)
@@ -108,7 +94,7 @@ async def test_reward_cmd_with_an_anthropic_agent(http_server: Any, tmp_path: Pa
                                   "--", sys.executable, agent(tmp_path, ANTHROPIC_AGENT))
     assert code == 0, log
     (episode_id,) = episode_ids(log)
-    record = await http_server.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
+    record = await stored_episode(http_server, episode_id)
     assert record.reward == 0.5 and len(record.calls) == 1
 
 

@@ -35,7 +35,8 @@ from swarmrl_server.timelines.pack import plan_packing
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from swarmrl_server.trainer.step import StepRunner, batch_advantages, episode_rows, generated_mask
 from tests.engine_fixtures import make_engine
-from tests.http_support import start_episode, stored_calls
+from tests.http_support import start_episode
+from tests.store_support import stored_calls, stored_episode
 
 CITY = {"type": "object", "properties": {"city": {"enum": ["Paris", "Seoul", "Lima"]}},
         "required": ["city"]}
@@ -199,8 +200,7 @@ async def _forced_tool_episodes(running: Any, n: int) -> list[Any]:
         (tc,) = reply.choices[0].message.tool_calls or []
         reward = float(json.loads(tc.function.arguments)["city"] == "Paris")
         await running.swarm.episodes.end(ep.episode_id, reward, "", caller=IN_PROCESS)
-        records.append(await running.swarm.episodes.get(ep.episode_id, with_calls=True,
-                                                        caller=IN_PROCESS))
+        records.append(await stored_episode(running, ep.episode_id))
     return records
 
 

@@ -20,7 +20,8 @@ import openai
 import pytest
 
 from swarmrl_server.episodes.chat import cut_tool_call
-from tests.http_support import Ep, start_episode, stored_calls, tool_call_text
+from tests.http_support import Ep, start_episode, tool_call_text
+from tests.store_support import stored_calls
 
 UNITS = {"type": "object", "properties": {"unit": {"enum": ["C", "F"]},
                                           "precise": {"type": "boolean"}},

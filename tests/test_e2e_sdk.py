@@ -11,6 +11,7 @@ import pytest
 
 import swarmrl
 from tests.helpers import ServerProcess, assert_eventually
+from tests.server_fixtures import ServerFactory
 
 
 async def test_episode_through_sdk_records_exact_token_ids(server: Any) -> None:
@@ -117,35 +118,25 @@ def test_sdk_survives_server_kill_and_restart(tmp_path: Path, model_cache: Path,
 
 
 async def test_every_client_declaring_done_makes_a_training_batch(
-    tiny_model_dir: Path, model_cache: Path, tmp_path: Path
+    make_server: ServerFactory,
 ) -> None:
     """batch_rule=clients over the wire: the step waits for the last live session."""
-    from swarmrl_server.app import start_server
-    from swarmrl_server.config import ModelSpec, ServerConfig
-
-    config = ServerConfig(
-        models=(ModelSpec("tiny", "tiny"),), port=0, http_port=None, data_dir=tmp_path / "data",
-        cache_dir=model_cache, grace_s=0.5, train=True,
-        train_options={"batch_rule": "clients", "group_size": "2", "progress": "false"},
-    )
-    running = await start_server(config)
+    running = await make_server(
+        train={"batch_rule": "clients", "group_size": "2", "progress": "false"})
     engine = running.swarm.models["tiny"].engine
-    try:
-        async with swarmrl.AsyncSwarmClient(running.grpc_target) as a, \
-                swarmrl.AsyncSwarmClient(running.grpc_target) as b:
-            for client, reward in ((a, 1.0), (a, 0.0), (b, 0.5), (b, 0.25)):
-                async with client.episode(task_id="t", group_id=f"g-{id(client)}") as ep:
-                    await ep.generate_tokens([5, 6, 7], max_tokens=4)
-                    await ep.reward(reward)
-            await a.declare_done()
-            await asyncio.sleep(0.5)  # a chance to train early, which must not happen
-            assert engine.policy_version == 0
-            await b.declare_done()
-            await assert_eventually(lambda: _assert(engine.policy_version == 1), timeout=60)
-            with pytest.raises(swarmrl.NotFoundError):
-                await a.declare_done(model="no-such-model")
-    finally:
-        await running.stop()
+    async with swarmrl.AsyncSwarmClient(running.grpc_target) as a, \
+            swarmrl.AsyncSwarmClient(running.grpc_target) as b:
+        for client, reward in ((a, 1.0), (a, 0.0), (b, 0.5), (b, 0.25)):
+            async with client.episode(task_id="t", group_id=f"g-{id(client)}") as ep:
+                await ep.generate_tokens([5, 6, 7], max_tokens=4)
+                await ep.reward(reward)
+        await a.declare_done()
+        await asyncio.sleep(0.5)  # a chance to train early, which must not happen
+        assert engine.policy_version == 0
+        await b.declare_done()
+        await assert_eventually(lambda: _assert(engine.policy_version == 1), timeout=60)
+        with pytest.raises(swarmrl.NotFoundError):
+            await a.declare_done(model="no-such-model")
 
 
 def _assert(condition: bool) -> None:

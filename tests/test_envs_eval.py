@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,10 @@ import pytest
 
 import swarmrl
 from swarmrl.envs import Environment, Item, Outcome, Rollout, Runner, RunnerConfig, Split
-from tests.envs_support import read_rollouts, trained_episode_ids
+from tests.envs_support import read_rollouts
 from tests.helpers import REPO
+from tests.server_fixtures import ServerFactory
+from tests.store_support import trained_episode_ids
 
 TRAIN = {"batch_rule": "groups", "group_size": "2", "batch_size": "1", "lr": "1e-3",
          "progress": "false", "checkpoint_every": "0", "checkpoint_on_stop": "false"}
@@ -61,29 +62,18 @@ class WaitsForAStep(Feed):
         return Outcome(reward=0.0, success=False, metrics={"moved": float(moved)})
 
 
-async def _training_server(tmp_path: Path, model_cache: Path, engine: str,
-                           vllm_url: str | None) -> Any:
-    from swarmrl_server.app import start_server
-    from swarmrl_server.config import ModelSpec, ServerConfig
-
-    spec = (ModelSpec("tiny", "tiny", engine="vllm", urls=(vllm_url,)) if engine == "vllm"
-            else ModelSpec("tiny", "tiny"))
-    options = {**TRAIN, **(LORA if engine == "vllm" else {})}
-    return await start_server(ServerConfig(
-        models=(spec,), port=0, http_port=0, data_dir=tmp_path / "data", cache_dir=model_cache,
-        grace_s=0.5, train=True, train_options=options))
-
-
 @pytest.fixture(params=["hf", pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.vllm])])
-async def training_server(request: pytest.FixtureRequest, tmp_path: Path,
-                          model_cache: Path) -> AsyncIterator[Any]:
+async def training_server(request: pytest.FixtureRequest, make_server: ServerFactory) -> Any:
     """A training server on the tiny model: hf (full weights), or vLLM with LoRA."""
-    url = request.getfixturevalue("vllm_lora_url") if request.param == "vllm" else None
-    running = await _training_server(tmp_path, model_cache, request.param, url)
-    try:
-        yield running
-    finally:
-        await running.stop()
+    from swarmrl_server.config import ModelSpec
+
+    if request.param == "vllm":
+        url = request.getfixturevalue("vllm_lora_url")
+        spec = ModelSpec("tiny", "tiny", engine="vllm", urls=(url,))
+    else:
+        spec = ModelSpec("tiny", "tiny")
+    options = {**TRAIN, **(LORA if request.param == "vllm" else {})}
+    return await make_server(models=(spec,), http=True, train=options)
 
 
 async def test_a_pinned_evaluation_plays_one_version_while_training_goes_on(

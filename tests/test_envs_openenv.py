@@ -16,7 +16,6 @@ server for ``openenv:http://...``). Against a real swarm server on the tiny mode
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -32,26 +31,9 @@ import pytest
 import swarmrl
 from swarmrl.envs import Item, Runner, RunnerConfig, load_environment
 from swarmrl.envs.openenv import Hooks, OpenEnv, Step
-from tests.envs_support import trained_episode_ids
 from tests.helpers import REPO
 from tests.openenv_support import WeatherDesk
-
-
-def _stored(data_dir: Path) -> dict[str, Any]:
-    """Every episode of a stopped server's store, with its calls."""
-    from swarmrl_server.store.records import EpisodeState
-    from swarmrl_server.store.sqlite import SqliteStore
-
-    async def collect() -> dict[str, Any]:
-        store = SqliteStore(data_dir / "swarm.sqlite3")
-        await store.open()
-        try:
-            return {e.episode_id: e for state in EpisodeState
-                    for e in await store.list_episodes(state, with_calls=True)}
-        finally:
-            await store.close()
-
-    return asyncio.run(collect())
+from tests.store_support import stored_episodes, trained_episode_ids
 
 
 @pytest.mark.slow
@@ -81,7 +63,7 @@ def test_an_openenv_game_trains_under_swarmrl_train(tmp_path: Path, model_cache:
     for line in log.read_text().splitlines():
         step = json.loads(line)
         game[step["episode_id"]].append(step)
-    episodes = _stored(out / "data")
+    episodes = stored_episodes(out / "data")
     # Every model call is in exactly one episode, a rollout's; each turn is one game step.
     assert {e for e, ep in episodes.items() if ep.calls} == set(train) | set(evals)
     call_ids = [c.call_id for ep in episodes.values() for c in ep.calls]
@@ -147,7 +129,7 @@ async def test_tool_calls_reach_the_tool_and_results_come_back(http_server: Any,
     """A running MCP server; every turn a call of get_weather (forced: the random tiny
     model calls no tool by itself)."""
     from swarmrl_server.timelines.merge import merge_calls
-    from tests.http_support import stored_calls
+    from tests.store_support import stored_calls
 
     WeatherDesk.calls.clear()
     env = load_environment(f"openenv:{desk_server}", {

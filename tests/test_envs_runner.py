@@ -301,7 +301,7 @@ def test_swarmrl_train_runs_an_environment_file_end_to_end(tmp_path: Path,
     trained = {r["episode_id"] for r in rows if r["trained"]}
     evals = {r["episode_id"] for r in rows if r["split"] in ("val", "test")}
     assert len(trained) == 8 and len(evals) == 12 and not trained & evals
-    from tests.envs_support import trained_episode_ids
+    from tests.store_support import trained_episode_ids
 
     consumed = trained_episode_ids(out / "data")
     assert consumed and consumed <= trained  # steps trained only ended training episodes

@@ -82,7 +82,7 @@ async def test_textworld_plays_alike_natively_through_openenv_and_verifiers(
     venv, native and OpenEnv are still compared before the test skips.)"""
     from examples.textworld.env import TextWorld
     from examples.textworld.openenv_env import TextWorldOpenEnv
-    from tests.http_support import stored_calls
+    from tests.store_support import stored_calls
 
     game = {"level": 1, "val_games": 1, "max_steps": 3, "games_dir": str(tmp_path / "games")}
     config = RunnerConfig(progress=False, eval_sampling=swarmrl.SamplingParams(**GREEDY))

@@ -17,7 +17,6 @@ over MCP), which know nothing of swarmrl. What they prove, from the server's sto
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -27,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from tests.envs_support import trained_episode_ids
 from tests.helpers import REPO, ServerProcess, free_port, wait_until
+from tests.store_support import stored_episodes, trained_episode_ids
 
 VF_PYTHON = REPO / ".venv-verifiers" / "bin" / "python"
 ENVS = REPO / "tests" / "verifiers_envs"
@@ -69,26 +68,6 @@ def _swarmrl_train(target: str, env: str, out: Path, *extra: str) -> list[dict[s
     return [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
 
 
-def _store(data_dir: Path) -> dict[str, Any]:
-    """Every episode in the store (read after the server stopped), with its calls."""
-    from swarmrl_server.store.records import EpisodeState
-    from swarmrl_server.store.sqlite import SqliteStore
-
-    async def read() -> dict[str, Any]:
-        store = SqliteStore(data_dir / "swarm.sqlite3")
-        await store.open()
-        try:
-            out = {}
-            for state in EpisodeState:
-                for episode in await store.list_episodes(state, with_calls=True):
-                    out[episode.episode_id] = episode
-            return out
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
-
-
 def test_three_verifiers_envs_train_unchanged(tmp_path: Path, model_cache: Path) -> None:
     from swarmrl_server.store.records import EpisodeState
     from swarmrl_server.timelines.merge import merge_calls
@@ -103,7 +82,7 @@ def test_three_verifiers_envs_train_unchanged(tmp_path: Path, model_cache: Path)
                    120, "a trainer step")
     finally:
         server.stop()
-    store = _store(tmp_path / "data")
+    store = stored_episodes(tmp_path / "data")
     records = [r for rs in runs.values() for r in rs]
     assert all(r["error"] == "" for r in records), [r["error"] for r in records if r["error"]]
     trained = {r["episode_id"] for r in records if r["trained"]}

@@ -20,8 +20,9 @@ import pytest
 
 from examples.forced_tools.env import ForcedTools, convert_value, item_price, same
 from swarmrl.envs import Runner
-from tests.envs_support import read_rollouts, stored_calls
+from tests.envs_support import read_rollouts
 from tests.helpers import REPO
+from tests.store_support import stored_episodes
 
 
 def test_questions_answers_and_splits() -> None:
@@ -78,9 +79,9 @@ def test_forced_calls_are_recorded_and_trained_by_the_option(
     train = [r for r in rows if r["split"] == "train"]
     assert len(train) == 4 and all(r["trained"] for r in train)
     assert {r["split"] for r in rows} == {"train", "val", "test"}
-    calls = stored_calls(out / "data")
+    episodes = stored_episodes(out / "data")
     for r in train:
-        episode_calls = calls[r["episode_id"]]
+        episode_calls = episodes[r["episode_id"]].calls
         # The forced tool call first, then (when it parsed) the JSON answer: all under a
         # grammar, recorded with it.
         assert episode_calls and all(c.constrained and c.grammar for c in episode_calls)

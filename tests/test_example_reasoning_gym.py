@@ -17,8 +17,9 @@ import pytest
 
 from examples.reasoning_gym.env import ReasoningGym, extract_answer
 from swarmrl.envs import Runner
-from tests.envs_support import episode_states, read_rollouts, trained_episode_ids
+from tests.envs_support import episode_states, read_rollouts
 from tests.helpers import REPO
+from tests.store_support import trained_episode_ids
 
 
 def test_the_last_number_of_a_reply_is_scored_by_the_dataset() -> None:

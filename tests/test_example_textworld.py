@@ -21,8 +21,9 @@ from examples.textworld.agent import CHOICES, Result, choose, clean, open_game, 
 from examples.textworld.baselines import rates, wins
 from examples.textworld.env import TEST_SEED_BASE, TextWorld, make_games
 from swarmrl.envs import Runner
-from tests.envs_support import read_rollouts, trained_episode_ids
+from tests.envs_support import read_rollouts
 from tests.helpers import REPO
+from tests.store_support import trained_episode_ids
 
 
 def test_a_reply_picks_a_command_by_number_or_name() -> None:
@@ -138,11 +139,11 @@ def test_swarmrl_train_merges_turns_and_never_trains_the_eval(tmp_path: Path,
     # Multi-turn: one call per command, and every episode's calls merge into one timeline
     # (the trainer's own merge_calls, on the store).
     from swarmrl_server.timelines.merge import merge_calls
-    from tests.envs_support import stored_calls
+    from tests.store_support import stored_episodes
 
-    calls = stored_calls(out / "data")
+    episodes = stored_episodes(out / "data")
     for r in train:
-        episode_calls = calls[r["episode_id"]]
+        episode_calls = episodes[r["episode_id"]].calls
         assert len(episode_calls) == r["metrics"]["steps"] > 1
         timelines, stats = merge_calls(episode_calls)
         assert stats.timelines == 1 and stats.forks == 0

@@ -17,7 +17,8 @@ import jsonschema
 import openai
 import pytest
 
-from tests.http_support import Ep, start_episode, stored_calls
+from tests.http_support import Ep, start_episode
+from tests.store_support import stored_calls
 
 CITY = {"type": "object", "properties": {"city": {"enum": ["Paris", "Seoul", "Lima"]}},
         "required": ["city"], "additionalProperties": False}

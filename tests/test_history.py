@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wait_for_step
-from tests.test_trainer_common import MODEL, group_of, insert_episodes
-from tests.test_trainer_loop import metrics, open_swarm, train
+from tests.trainer_support import MODEL, group_of, insert_episodes, metrics, open_swarm, train
 
 CRASHY = {"checkpoint_every": "2", "checkpoint_on_stop": "false", "max_staleness": "100"}
 

@@ -6,33 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import swarmrl
 from swarmrl import _cli
-from swarmrl_server.app import RunningServer, start_server
-from swarmrl_server.config import ModelSpec, ServerConfig
+from swarmrl_server.app import RunningServer
 from tests.helpers import assert_eventually, wait_for_step
+from tests.server_fixtures import ServerFactory
 
 
 @pytest.fixture
-async def training_server(model_cache: Path, tmp_path: Path) -> AsyncIterator[RunningServer]:
-    config = ServerConfig(
-        models=(ModelSpec("tiny", "tiny"),), port=0, http_port=None,
-        data_dir=tmp_path / "data", cache_dir=model_cache, grace_s=0.5, train=True,
-        train_options={"progress": "false", "checkpoint_every": "0",
-                       "checkpoint_on_stop": "false", "group_size": "2",
-                       "batch_rule": "episodes", "batch_size": "2", "max_staleness": "100"},
-    )
-    running = await start_server(config)
-    try:
-        yield running
-    finally:
-        await running.stop()
+async def training_server(make_server: ServerFactory) -> RunningServer:
+    return await make_server(train={
+        "progress": "false", "checkpoint_every": "0", "checkpoint_on_stop": "false",
+        "group_size": "2", "batch_rule": "episodes", "batch_size": "2", "max_staleness": "100"})
 
 
 async def play(client: swarmrl.AsyncSwarmClient, n: int, reward: float) -> list[str]:

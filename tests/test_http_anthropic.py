@@ -11,7 +11,8 @@ import pytest
 
 from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.timelines.merge import merge_calls
-from tests.http_support import Ep, start_episode, stored_calls, tool_call_text
+from tests.http_support import Ep, start_episode, tool_call_text
+from tests.store_support import stored_calls
 
 USER = [{"role": "user", "content": "Name an animal."}]
 WEATHER = {

@@ -11,7 +11,6 @@ connections) plays every episode of a run. The SDK hands out the header as
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,9 @@ import pytest
 
 import swarmrl
 from tests.engine_fixtures import make_engine
-from tests.http_fixtures import _start
-from tests.http_support import start_episode, stored_calls
+from tests.http_support import start_episode
+from tests.server_fixtures import ServerFactory
+from tests.store_support import stored_calls
 
 USER = [{"role": "user", "content": "hi"}]
 EPISODES = 200
@@ -66,18 +66,13 @@ async def test_the_header_names_the_episode_whatever_authorization_says(
 
 
 @pytest.fixture
-async def echo_server(tiny_model_dir: Path, model_cache: Path, tmp_path: Path
-                      ) -> AsyncIterator[Any]:
+async def echo_server(make_server: ServerFactory, tiny_model_dir: Path) -> Any:
     """A server whose model "tiny" runs on the echo engine (instant replies)."""
     from swarmrl_server.hosting import ModelHost
 
     engine = await make_engine("echo", tiny_model_dir)
     hosts = {"tiny": ModelHost("tiny", engine, "tiny", tiny_model_dir)}
-    running = await _start({"data_dir": tmp_path / "data", "cache_dir": model_cache}, hosts)
-    try:
-        yield running
-    finally:
-        await running.stop()
+    return await make_server(http=True, hosts=hosts)
 
 
 async def test_200_episodes_through_one_client_use_at_most_8_connections(

@@ -14,7 +14,7 @@ import pytest
 from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.timelines.merge import merge_calls
 from tests.helpers import REPO
-from tests.http_support import stored_calls
+from tests.store_support import stored_calls
 
 pytest.importorskip("agents", reason="the example needs openai-agents")
 pytestmark = pytest.mark.slow  # starts the wrapper and the agent as processes

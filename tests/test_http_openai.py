@@ -14,14 +14,8 @@ from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
 from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import session_service_pb2 as s_pb
 from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
-from tests.http_support import (
-    WEATHER_TOOL,
-    Ep,
-    aclient,
-    start_episode,
-    stored_calls,
-    tool_call_text,
-)
+from tests.http_support import WEATHER_TOOL, Ep, aclient, start_episode, tool_call_text
+from tests.store_support import stored_calls
 
 USER = [{"role": "user", "content": "Name a fruit."}]
 

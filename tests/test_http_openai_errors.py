@@ -12,7 +12,9 @@ from structlog.testing import capture_logs
 
 from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
-from tests.http_support import aclient, start_episode, stored_calls
+from tests.http_support import aclient, start_episode
+from tests.server_fixtures import ServerFactory
+from tests.store_support import stored_calls
 
 USER = [{"role": "user", "content": "Name a fruit."}]
 
@@ -20,21 +22,15 @@ USER = [{"role": "user", "content": "Name a fruit."}]
 # -- errors ---------------------------------------------------------------------------
 
 
-async def test_listing_models_with_server_keys(tiny_model_dir: Any, model_cache: Any,
-                                              tmp_path: Any) -> None:
-    from tests.http_fixtures import _start
-
-    running = await _start({"cache_dir": model_cache, "admin_keys": ("adm",)})
-    try:
-        ep = await start_episode(running)
-        for key in ("adm", ep.key):  # a server key or any episode key may list
-            client = openai.AsyncOpenAI(base_url=ep.base_url, api_key=key, max_retries=0)
-            assert [m.id for m in (await client.models.list()).data] == ["tiny"]
-        client = openai.AsyncOpenAI(base_url=ep.base_url, api_key="nope", max_retries=0)
-        with pytest.raises(openai.AuthenticationError):
-            await client.models.list()
-    finally:
-        await running.stop()
+async def test_listing_models_with_server_keys(make_server: ServerFactory) -> None:
+    running = await make_server(http=True, data_dir=None, admin_keys=("adm",))
+    ep = await start_episode(running)
+    for key in ("adm", ep.key):  # a server key or any episode key may list
+        client = openai.AsyncOpenAI(base_url=ep.base_url, api_key=key, max_retries=0)
+        assert [m.id for m in (await client.models.list()).data] == ["tiny"]
+    client = openai.AsyncOpenAI(base_url=ep.base_url, api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        await client.models.list()
 
 
 async def test_bad_key_is_401(http_server: Any) -> None:

@@ -17,7 +17,9 @@ import openai
 import pytest
 
 from swarmrl_server.timelines.merge import merge_calls
-from tests.http_support import Ep, start_episode, stored_calls, tool_call_text
+from tests.http_support import Ep, start_episode, tool_call_text
+from tests.server_fixtures import ServerFactory
+from tests.store_support import stored_calls
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -399,33 +401,23 @@ async def test_unsupported_options_are_400_naming_the_field(http_server: Any) ->
 
 
 async def test_a_stored_response_is_continued_after_a_server_restart(
-    tiny_model_dir: Any, model_cache: Any, tmp_path: Any,
+    make_server: ServerFactory,
 ) -> None:
     """The stored response lives in its call's record: a restarted server (same data dir)
     continues it by id, and the new turn still extends the call's exact ids."""
-    from swarmrl_server.app import start_server
-    from swarmrl_server.config import ModelSpec, ServerConfig
-
-    config = ServerConfig(models=(ModelSpec("tiny", "tiny"),), port=0, http_port=0,
-                          grace_s=0.5, data_dir=tmp_path / "data", cache_dir=model_cache)
-    running = await start_server(config)
-    try:
-        ep = await start_episode(running)
-        first = await aclient(ep).responses.create(model="tiny", input="Hi",
-                                                   instructions="Be brief.",
-                                                   max_output_tokens=4)
-    finally:
-        await running.stop()
-    running = await start_server(config)
-    try:
-        ep = Ep(ep.episode_id, ep.key, running.openai_base_url)
-        got = await aclient(ep).responses.retrieve(first.id)
-        assert got.output_text == first.output_text
-        second = await aclient(ep).responses.create(
-            model="tiny", previous_response_id=first.id, instructions="Be brief.",
-            input="More.", max_output_tokens=4)
-        assert second.model_extra["swarmrl"]["fork_reason"] == ""
-        calls = await stored_calls(running, ep.episode_id)
-        assert calls[1].parent_call_id == calls[0].call_id
-    finally:
-        await running.stop()
+    running = await make_server(http=True)
+    ep = await start_episode(running)
+    first = await aclient(ep).responses.create(model="tiny", input="Hi",
+                                               instructions="Be brief.",
+                                               max_output_tokens=4)
+    await make_server.stop(running)
+    running = await make_server(running.config)
+    ep = Ep(ep.episode_id, ep.key, running.openai_base_url)
+    got = await aclient(ep).responses.retrieve(first.id)
+    assert got.output_text == first.output_text
+    second = await aclient(ep).responses.create(
+        model="tiny", previous_response_id=first.id, instructions="Be brief.",
+        input="More.", max_output_tokens=4)
+    assert second.model_extra["swarmrl"]["fork_reason"] == ""
+    calls = await stored_calls(running, ep.episode_id)
+    assert calls[1].parent_call_id == calls[0].call_id

@@ -26,10 +26,10 @@ from agents.models import openai_provider
 from agents.models.multi_provider import MultiProvider
 from agents.models.openai_responses import OpenAIResponsesModel
 
-from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.timelines.merge import merge_calls
-from tests.http_support import Ep, start_episode, stored_calls, tool_call_text
-from tests.test_cli_run import episode_ids, swarmrl_run
+from tests.cli_support import episode_ids, swarmrl_run
+from tests.http_support import Ep, start_episode, tool_call_text
+from tests.store_support import stored_calls, stored_episode
 
 
 @pytest.fixture(autouse=True)
@@ -184,7 +184,7 @@ async def test_swarmrl_run_points_the_default_model_at_the_episode(
                                   str(path))
     assert code == 0, log
     (episode_id,) = episode_ids(log)
-    record = await scripted_server.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
+    record = await stored_episode(scripted_server, episode_id)
     assert record.state.value == "ended" and record.reward == 1.0
     (call,) = record.calls
     assert "response" in json.loads(call.chat_json)["annotations"]

@@ -11,7 +11,6 @@ refused request leaves no recorded call.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,9 @@ import pytest
 
 from swarmrl_server.http.protocol import REFUSED_UNLESS_NEUTRAL
 from tests.engine_fixtures import make_engine
-from tests.http_fixtures import _start
-from tests.http_support import Ep, aclient, start_episode, stored_calls
+from tests.http_support import Ep, aclient, start_episode
+from tests.server_fixtures import ServerFactory
+from tests.store_support import stored_calls
 
 USER = [{"role": "user", "content": "hi"}]
 NOT_NEUTRAL: dict[str, object] = {
@@ -88,8 +88,8 @@ async def test_each_field_is_refused_by_name_on_each_door(http_server: Any, door
 
 
 @pytest.fixture(params=["echo", "hf", pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.vllm])])
-async def engine_server(request: pytest.FixtureRequest, tiny_model_dir: Path, model_cache: Path,
-                        tmp_path: Path) -> AsyncIterator[Any]:
+async def engine_server(request: pytest.FixtureRequest, make_server: ServerFactory,
+                        tiny_model_dir: Path) -> Any:
     """A server whose model "tiny" runs on the engine named by the param (vLLM: the
     session's `vllm serve`)."""
     from swarmrl_server.hosting import ModelHost
@@ -97,11 +97,7 @@ async def engine_server(request: pytest.FixtureRequest, tiny_model_dir: Path, mo
     url = request.getfixturevalue("vllm_url") if request.param == "vllm" else ""
     engine = await make_engine(request.param, tiny_model_dir, url)
     hosts = {"tiny": ModelHost("tiny", engine, "tiny", tiny_model_dir)}
-    running = await _start({"data_dir": tmp_path / "data", "cache_dir": model_cache}, hosts)
-    try:
-        yield running
-    finally:
-        await running.stop()
+    return await make_server(http=True, hosts=hosts)
 
 
 async def test_a_refused_request_never_reaches_the_engine(engine_server: Any) -> None:

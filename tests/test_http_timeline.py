@@ -10,7 +10,8 @@ from typing import Any
 import openai
 
 from swarmrl_server.timelines.merge import merge_calls
-from tests.http_support import WEATHER_TOOL, Ep, start_episode, stored_calls, tool_call_text
+from tests.http_support import WEATHER_TOOL, Ep, start_episode, tool_call_text
+from tests.store_support import stored_calls
 
 QUESTIONS = ["Name a fruit.", "And a color?", "Which city?", "Pick a number.", "Thanks!"]
 

@@ -17,8 +17,8 @@ from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import types_pb2 as t_pb
 from swarmrl_server import limits
 from swarmrl_server.security import IN_PROCESS
+from tests.grpc_support import details
 from tests.http_support import start_episode
-from tests.test_server_grpc import details
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -19,19 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from swarmrl_server.engine.base import Engine, GenerationChunk, GenerationOutput, SamplingParams
+from swarmrl_server.engine.base import SamplingParams
 from swarmrl_server.engine.echo import EchoEngine
 from swarmrl_server.engine.hf.engine import HFEngine
-from swarmrl_server.models import load_model
+from tests.interrupt_support import PROMPT, assert_spans_exact, run_call, versions
+from tests.store_support import stored_episode
 
-PROMPT = [5, 6, 7, 8, 9, 10, 11, 12]
+__all__ = ["versions"]  # the fixture (tests/interrupt_support.py), found by pytest by name
 STEP_S = 0.01
 """Seconds each forward pass of the engine's model is held up (see the module docstring)."""
 
@@ -46,60 +47,6 @@ async def hf(tiny_model_dir: Path) -> AsyncIterator[HFEngine]:
     finally:
         await engine.stop()
         handle.remove()
-
-
-@pytest.fixture(scope="module")
-def versions(tiny_model_dir: Path) -> Iterator[tuple[torch.nn.Module, dict[str, torch.Tensor],
-                                                     dict[str, torch.Tensor]]]:
-    """A reference model and two weight versions: the original (v0) and a perturbed v1."""
-    model, _ = load_model(tiny_model_dir)
-    v0 = {k: v.clone() for k, v in model.state_dict().items()}
-    gen = torch.Generator().manual_seed(0)
-    model.load_state_dict({k: v + 0.05 * torch.randn(v.shape, generator=gen)
-                           for k, v in v0.items()})
-    v1 = {k: v.clone() for k, v in model.state_dict().items()}  # tied weights: one value
-    yield model, v0, v1
-
-
-async def run_call(engine: Engine, prompt: list[int], params: SamplingParams, *,
-                   sync: Any = None, after_tokens: int = 3
-                   ) -> tuple[list[GenerationChunk], GenerationOutput]:
-    """Runs one call; once `after_tokens` tokens have streamed, awaits `sync()` (an
-    update) while the call keeps streaming. Checks the chunks add up to the output."""
-    chunks: list[GenerationChunk] = []
-    task: asyncio.Task[Any] | None = None
-    async for item in engine.generate(prompt, params):
-        if isinstance(item, GenerationOutput):
-            if task is not None:
-                await task
-            assert [t for c in chunks for t in c.token_ids] == item.completion_ids
-            assert [lp for c in chunks for lp in c.logprobs] == item.logprobs
-            assert "".join(c.text for c in chunks) == item.text
-            assert item.policy_version == item.spans()[-1][0]
-            return chunks, item
-        chunks.append(item)
-        if sync is not None and task is None and sum(len(c.token_ids) for c in chunks) >= after_tokens:
-            task = asyncio.create_task(sync())
-    raise AssertionError("no GenerationOutput")
-
-
-def recompute(model: torch.nn.Module, state: dict[str, torch.Tensor], prompt: list[int],
-              ids: list[int], temperature: float) -> torch.Tensor:
-    """Logprobs of `ids` after `prompt` under `state` (a plain forward, fp32)."""
-    model.load_state_dict(state)
-    with torch.no_grad():
-        logits_T_V = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
-    return torch.log_softmax(logits_T_V / temperature, -1).gather(
-        1, torch.tensor(ids)[:, None])[:, 0]
-
-
-def assert_spans_exact(out: GenerationOutput, model: torch.nn.Module,
-                       states: dict[int, dict[str, torch.Tensor]], temperature: float) -> None:
-    """Each span's logprobs equal the recompute under its version's weights."""
-    for version, start, end in out.spans():
-        ref_T = recompute(model, states[version], out.prompt_ids, out.completion_ids, temperature)
-        got_T = torch.tensor(out.logprobs[start:end])
-        assert got_T.sub(ref_T[start:end]).abs().max().item() <= 1e-4, (version, start, end)
 
 
 async def test_hf_interrupted_call_has_two_spans_with_exact_logprobs(
@@ -212,7 +159,6 @@ async def test_a_client_sees_one_call_with_spans_in_its_record(server: Any, vers
     """Through gRPC: the stream is one call, its final record and the stored call carry
     both spans, and the tokens the client streamed are the recorded ones."""
     import swarmrl
-    from swarmrl_server.security import IN_PROCESS
 
     _, _, v1 = versions
     engine = server.swarm.models["tiny"].engine
@@ -240,5 +186,5 @@ async def test_a_client_sees_one_call_with_spans_in_its_record(server: Any, vers
     assert streamed == list(completion.completion_ids)
     (va, _, a), (vb, b, end) = completion.version_spans
     assert (va, vb, end) == (0, 1, n) and 3 <= a == b < n and completion.policy_version == 1
-    record = await server.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
+    record = await stored_episode(server, episode_id)
     assert record.calls[0].version_spans == [tuple(s) for s in completion.version_spans]

@@ -18,8 +18,8 @@ from swarmrl_server.trainer import lora
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.setup import build_optimizer, build_policy, reference_for
 from swarmrl_server.trainer.step import StepRunner, forward_for
+from tests.fsdp_support import OPTIONS, fsdp_batch
 from tests.helpers import free_port
-from tests.test_trainer_fsdp import OPTIONS, _episodes
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ def _worker(rank: int, port: int, model_dir: str, blob: bytes, out: str) -> None
 
 
 def test_two_fsdp2_lora_workers_equal_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
-    episodes = _episodes(tiny_model_dir)
+    episodes = fsdp_batch(tiny_model_dir)
     config = TrainerConfig.from_options(LORA)
     policy = build_policy(tiny_model_dir, config, placement=None)
     from swarmrl_server.trainer.device import CPU

@@ -5,7 +5,6 @@ version to both, and each serves it with the trainer's logprobs."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,30 +13,26 @@ import torch
 import swarmrl
 from swarmrl_server.engine.base import SamplingParams
 from tests.helpers import assert_eventually
-from tests.test_lora_serving import recompute
-from tests.test_trainer_vllm import PROMPT
+from tests.server_fixtures import ServerFactory
+from tests.serving_support import PROMPT, recompute
 
 pytestmark = pytest.mark.slow
 
 
 async def test_the_router_pushes_each_adapter_version_to_every_replica(
-    tmp_path: Path, model_cache: Path
+    make_server: ServerFactory,
 ) -> None:
     ray = pytest.importorskip("ray")
-    from swarmrl_server.app import start_server
-    from swarmrl_server.config import ModelSpec, ServerConfig
+    from swarmrl_server.config import ModelSpec
     from swarmrl_server.engine.base import GenerationOutput
     from swarmrl_server.scale.replicas import RayReplica
     from swarmrl_server.scale.router import Router
 
-    config = ServerConfig(
-        models=(ModelSpec("tiny", "tiny", "hf"),), port=0, http_port=None,
-        data_dir=tmp_path / "data", cache_dir=model_cache, grace_s=0.5, torch_threads=1,
-        train=True, ray=True, replicas=2,
-        train_options={"lora_rank": "8", "batch_size": "1", "batch_rule": "groups",
-                       "group_size": "2", "lr": "5e-2", "checkpoint_every": "0",
-                       "progress": "false", "checkpoint_on_stop": "false"})
-    running = await start_server(config)
+    running = await make_server(
+        models=(ModelSpec("tiny", "tiny", "hf"),), torch_threads=1, ray=True, replicas=2,
+        train={"lora_rank": "8", "batch_size": "1", "batch_rule": "groups",
+               "group_size": "2", "lr": "5e-2", "checkpoint_every": "0",
+               "progress": "false", "checkpoint_on_stop": "false"})
     try:
         host = running.swarm.models["tiny"]
         router = host.engine
@@ -69,7 +64,7 @@ async def test_the_router_pushes_each_adapter_version_to_every_replica(
                 break
         assert served == {0, 1}
     finally:
-        await running.stop()
+        await make_server.stop(running)
         ray.shutdown()  # the local cluster this server started (its actor names are per pid)
 
 

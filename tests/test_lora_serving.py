@@ -6,22 +6,19 @@ call carries the version of the adapter that produced it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
-
 import pytest
 import torch
 
 import swarmrl
-from swarmrl_server.app import RunningServer, start_server
-from swarmrl_server.config import ModelSpec, ServerConfig
+from swarmrl_server.app import RunningServer
+from swarmrl_server.config import ModelSpec
 from swarmrl_server.engine.adapter import AdapterEngine
 from swarmrl_server.engine.base import SamplingParams
 from swarmrl_server.engine.hf.engine import HFEngine
-from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
-from tests.test_trainer_vllm import PROMPT, run
+from tests.server_fixtures import ServerFactory
+from tests.serving_support import PROMPT, recompute, run
+from tests.store_support import stored_episode
 
 TRAIN = {"lora_rank": "8", "lora_alpha": "16", "batch_rule": "groups", "group_size": "2",
          "batch_size": "1", "lr": "5e-2", "progress": "false", "checkpoint_every": "0",
@@ -29,24 +26,10 @@ TRAIN = {"lora_rank": "8", "lora_alpha": "16", "batch_rule": "groups", "group_si
 
 
 @pytest.fixture
-async def two_adapters(model_cache: Path, tmp_path: Path) -> AsyncIterator[RunningServer]:
-    config = ServerConfig(
+async def two_adapters(make_server: ServerFactory) -> RunningServer:
+    return await make_server(
         models=(ModelSpec("a", "tiny", engine="hf"), ModelSpec("b", "tiny", engine="hf")),
-        port=0, http_port=None, data_dir=tmp_path / "data", cache_dir=model_cache, grace_s=0.5,
-        train=True, train_options=TRAIN)
-    running = await start_server(config)
-    try:
-        yield running
-    finally:
-        await running.stop()
-
-
-def recompute(model: Any, completion: list[int], temperature: float) -> torch.Tensor:
-    with torch.no_grad():
-        logits_T_V = model(input_ids=torch.tensor([PROMPT + completion])).logits[
-            0, len(PROMPT) - 1 : -1].float()
-    return torch.log_softmax(logits_T_V / temperature, -1).gather(
-        1, torch.tensor(completion)[:, None])[:, 0]
+        train=TRAIN)
 
 
 async def test_two_adapters_on_one_hf_base_train_and_serve_independently(
@@ -77,7 +60,7 @@ async def test_two_adapters_on_one_hf_base_train_and_serve_independently(
     assert (a.engine.policy_version, b.engine.policy_version) == (1, 0)
     assert a.trainer.policy_version == 1 and b.trainer.policy_version == 0
     for episode_id, versions in [(e, {"a": 0}) for e in before] + [(after, {"a": 1, "b": 0})]:
-        record = await swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
+        record = await stored_episode(two_adapters, episode_id)
         assert {c.model: c.policy_version for c in record.calls} == versions
     # The push moved the adapter alone.
     assert 0 < a.engine.last_sync_bytes < 0.05 * sum(

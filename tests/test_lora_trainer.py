@@ -13,7 +13,7 @@ import torch
 from swarmrl_server.trainer import checkpoint, lora
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from swarmrl_server.trainer.step import EpisodeRows, StepRunner, episode_rows
-from tests.test_trainer_common import MODEL, current_logprobs, make_episode, multi_turn_calls
+from tests.trainer_support import MODEL, current_logprobs, make_episode, multi_turn_calls
 
 OPTIONS = {"lora_rank": "4", "lora_alpha": "8", "lr": "1e-2", "group_size": "0",
            "ppo_epochs": "2", "device": "cpu"}

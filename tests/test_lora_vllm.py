@@ -28,8 +28,7 @@ from swarmrl_server.engine.vllm.engine import VLLMEngine
 from swarmrl_server.security import IN_PROCESS
 from tests.engine_fixtures import random_adapters
 from tests.helpers import assert_eventually
-from tests.test_lora_serving import recompute
-from tests.test_trainer_vllm import PROMPT, collect, run
+from tests.serving_support import PROMPT, collect, recompute, run
 from tests.vllm_support import hold_calls
 
 pytestmark = pytest.mark.slow

@@ -4,38 +4,30 @@ policy versions, through the real gRPC server and the SDK."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import swarmrl
-from swarmrl_server.app import RunningServer, start_server
-from swarmrl_server.config import ModelSpec, ServerConfig
+from swarmrl_server.app import RunningServer
+from swarmrl_server.config import ModelSpec
 from swarmrl_server.trainer.config import TrainerConfigError
 from swarmrl_server.trainer.setup import options_per_model
 from tests.helpers import assert_eventually, wait_for_step
+from tests.server_fixtures import ServerFactory
 
 SAMPLING: dict[str, Any] = {"max_tokens": 3, "temperature": 1.0}
 
 
 @pytest.fixture
-async def two_models(model_cache: Path, tmp_path: Path) -> AsyncIterator[RunningServer]:
+async def two_models(make_server: ServerFactory) -> RunningServer:
     """Proposer and solver (both tiny, both trained), each with its own batch size."""
-    config = ServerConfig(
+    return await make_server(
         models=(ModelSpec("proposer", "tiny"), ModelSpec("solver", "tiny:1")),
-        port=0, http_port=None, data_dir=tmp_path / "data", cache_dir=model_cache,
-        grace_s=0.5, train=True,
-        train_options={"progress": "false", "checkpoint_every": "0", "checkpoint_on_stop": "false",
-                       "group_size": "2", "batch_rule": "episodes", "lr": "1e-3",
-                       "max_staleness": "8", "proposer.batch_size": "4", "solver.batch_size": "2"},
-    )
-    running = await start_server(config)
-    try:
-        yield running
-    finally:
-        await running.stop()
+        train={"progress": "false", "checkpoint_every": "0", "checkpoint_on_stop": "false",
+               "group_size": "2", "batch_rule": "episodes", "lr": "1e-3",
+               "max_staleness": "8", "proposer.batch_size": "4", "solver.batch_size": "2"})
 
 
 def metrics(data_dir: Path, model: str) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +16,13 @@ import swarmrl
 from swarmrl._cli import main as cli_main
 from swarmrl._top import main as top_main
 from tests.helpers import wait_for_step
-from tests.observe_support import start_training_server
+from tests.observe_support import TRAIN_OPTIONS
+from tests.server_fixtures import ServerFactory
 
 
 @pytest.fixture
-async def running(tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> AsyncIterator[Any]:
-    server = await start_training_server(tmp_path / "data", model_cache)
-    try:
-        yield server
-    finally:
-        await server.stop()
+async def running(make_server: ServerFactory) -> Any:
+    return await make_server(http=True, train=TRAIN_OPTIONS)
 
 
 async def test_top_once_shows_models_trainer_clients_episodes_and_errors(running: Any) -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,18 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 import swarmrl
 from swarmrl_server import logs
 from tests.helpers import assert_eventually, wait_for_step
-from tests.observe_support import start_training_server
+from tests.observe_support import TRAIN_OPTIONS
+from tests.server_fixtures import ServerFactory
 
 
 @pytest.fixture
-async def training_server(tiny_model_dir: Path, model_cache: Path, tmp_path: Path
-                          ) -> AsyncIterator[Any]:
+async def training_server(make_server: ServerFactory) -> Any:
     # Packing on: the trainer then reports its packing ratio too.
-    running = await start_training_server(tmp_path / "data", model_cache, {"packing": "true"})
-    try:
-        yield running
-    finally:
-        await running.stop()
+    return await make_server(http=True, train={**TRAIN_OPTIONS, "packing": "true"})
 
 
 async def scrape(base_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -165,50 +160,38 @@ def test_logs_are_pretty_on_a_terminal(restore_logging: None) -> None:
 
 
 async def test_live_view_and_viewer_need_an_admin_key_when_keys_are_set(
-        tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> None:
-    from tests.http_fixtures import _start
-
-    running = await _start({"data_dir": tmp_path / "data", "cache_dir": model_cache,
-                            "admin_keys": ("adm-key",), "client_keys": ("cli-key",)})
-    try:
-        async with httpx.AsyncClient(base_url=running.http.base_url) as http:
-            assert (await http.get("/metrics")).status_code == 200  # scrapers carry no key
-            for path in ("/swarmrl/live", "/view/"):
-                assert (await http.get(path)).status_code == 401
-                client = await http.get(path, headers={"Authorization": "Bearer cli-key"})
-                assert client.status_code == 401
-                admin = await http.get(path, headers={"Authorization": "Bearer adm-key"})
-                assert admin.status_code == 200
-            page = await http.get("/view/", params={"key": "adm-key"})
-            assert page.status_code == 200 and "/view/?key=adm-key" in page.text  # links keep it
-    finally:
-        await running.stop()
+        make_server: ServerFactory) -> None:
+    running = await make_server(http=True, admin_keys=("adm-key",), client_keys=("cli-key",))
+    async with httpx.AsyncClient(base_url=running.http.base_url) as http:
+        assert (await http.get("/metrics")).status_code == 200  # scrapers carry no key
+        for path in ("/swarmrl/live", "/view/"):
+            assert (await http.get(path)).status_code == 401
+            client = await http.get(path, headers={"Authorization": "Bearer cli-key"})
+            assert client.status_code == 401
+            admin = await http.get(path, headers={"Authorization": "Bearer adm-key"})
+            assert admin.status_code == 200
+        page = await http.get("/view/", params={"key": "adm-key"})
+        assert page.status_code == 200 and "/view/?key=adm-key" in page.text  # links keep it
 
 
 async def test_live_snapshot_is_one_message_over_grpc_and_as_json(
-        tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> None:
+        make_server: ServerFactory) -> None:
     """GetLiveSnapshot (admin only) and GET /swarmrl/live answer the same LiveSnapshot."""
-    from tests.http_fixtures import _start
-
-    running = await _start({"data_dir": tmp_path / "data", "cache_dir": model_cache,
-                            "admin_keys": ("adm-key",), "client_keys": ("cli-key",)})
-    try:
-        admin = swarmrl.ClientConfig(target=running.grpc_target, api_key="adm-key")
-        async with swarmrl.AsyncSwarmClient(config=admin) as client:
-            async with client.episode(task_id="live") as ep:
-                await ep.chat([{"role": "user", "content": "Hi"}], max_tokens=2)
-                rpc = await client.live_snapshot()
-                await ep.reward(1.0)
-        plain = swarmrl.ClientConfig(target=running.grpc_target, api_key="cli-key")
-        async with swarmrl.AsyncSwarmClient(config=plain) as client:
-            with pytest.raises(swarmrl.PermissionDeniedError):
-                await client.live_snapshot()
-        async with httpx.AsyncClient(base_url=running.http.base_url) as http:
-            response = await http.get("/swarmrl/live", headers={"Authorization": "Bearer adm-key"})
-        assert response.status_code == 200
-        page = response.json()
-    finally:
-        await running.stop()
+    running = await make_server(http=True, admin_keys=("adm-key",), client_keys=("cli-key",))
+    admin = swarmrl.ClientConfig(target=running.grpc_target, api_key="adm-key")
+    async with swarmrl.AsyncSwarmClient(config=admin) as client:
+        async with client.episode(task_id="live") as ep:
+            await ep.chat([{"role": "user", "content": "Hi"}], max_tokens=2)
+            rpc = await client.live_snapshot()
+            await ep.reward(1.0)
+    plain = swarmrl.ClientConfig(target=running.grpc_target, api_key="cli-key")
+    async with swarmrl.AsyncSwarmClient(config=plain) as client:
+        with pytest.raises(swarmrl.PermissionDeniedError):
+            await client.live_snapshot()
+    async with httpx.AsyncClient(base_url=running.http.base_url) as http:
+        response = await http.get("/swarmrl/live", headers={"Authorization": "Bearer adm-key"})
+    assert response.status_code == 200
+    page = response.json()
     # One call made and one episode open when the RPC answered; ended by the time of the page.
     assert rpc["totals"] == {"calls": 1.0, "prompt_tokens": rpc["totals"]["prompt_tokens"],
                              "completion_tokens": 2.0}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import AsyncIterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from PIL import Image
 
 import swarmrl
 from tests.helpers import need
-from tests.http_fixtures import _start
+from tests.server_fixtures import ServerFactory
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
@@ -73,12 +72,8 @@ class Spans(HTMLParser):
 
 
 @pytest.fixture
-async def server(tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> AsyncIterator[Any]:
-    running = await _start({"data_dir": tmp_path / "data", "cache_dir": model_cache})
-    try:
-        yield running
-    finally:
-        await running.stop()
+async def server(make_server: ServerFactory) -> Any:
+    return await make_server(http=True)
 
 
 async def known_episode(server: Any) -> tuple[str, list[Any]]:

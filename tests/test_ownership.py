@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,6 +22,7 @@ from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import session_service_pb2 as s_pb
 from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
 from swarmrl_proto.v1 import types_pb2 as t_pb
+from tests.server_fixtures import ServerFactory
 
 ALICE_1, ALICE_2, BOB, ADMIN = "alice-key-1", "alice-key-2", "bob-key", "admin-key"
 
@@ -63,19 +63,15 @@ class Client:
 
 
 @pytest.fixture
-async def keyed(tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> AsyncIterator[Any]:
-    from tests.http_fixtures import _start
-
-    running = await _start({
-        "data_dir": tmp_path / "data", "cache_dir": model_cache, "admin_keys": (ADMIN,),
-        "client_keys": (f"alice={ALICE_1}", f"alice={ALICE_2}", BOB),
-    })
+async def keyed(make_server: ServerFactory) -> AsyncIterator[Any]:
+    running = await make_server(http=True, admin_keys=(ADMIN,),
+                                client_keys=(f"alice={ALICE_1}", f"alice={ALICE_2}", BOB))
     async with grpc.aio.insecure_channel(running.grpc_target) as channel:
         running.clients = {k: Client(channel, k) for k in (ALICE_1, ALICE_2, BOB, ADMIN)}
         try:
             yield running
         finally:
-            await running.stop()
+            await make_server.stop(running)
 
 
 async def _not_found(coro: Any) -> None:
@@ -181,29 +177,21 @@ async def test_admin_may_act_on_any_episode(keyed: Any) -> None:
     assert (await alice.get(ep.episode_id)).state == t_pb.EPISODE_STATE_ABORTED
 
 
-async def test_owners_survive_a_restart(tiny_model_dir: Path, model_cache: Path,
-                                        tmp_path: Path) -> None:
-    from tests.http_fixtures import _start
-
-    config = {"data_dir": tmp_path / "data", "cache_dir": model_cache,
-              "client_keys": (f"alice={ALICE_1}", BOB)}
-    running = await _start(config)
+async def test_owners_survive_a_restart(make_server: ServerFactory) -> None:
+    running = await make_server(http=True, client_keys=(f"alice={ALICE_1}", BOB))
     async with grpc.aio.insecure_channel(running.grpc_target) as channel:
         alice = Client(channel, ALICE_1)
         session = await alice.open_session()
         ep = await alice.start(session, request_id="r1")
-    await running.stop()
-    running = await _start(config)
-    try:
-        async with grpc.aio.insecure_channel(running.grpc_target) as channel:
-            alice, bob = Client(channel, ALICE_1), Client(channel, BOB)
-            await _not_found(bob.get(ep.episode_id))
-            await _not_found(bob.sessions.Heartbeat(
-                s_pb.HeartbeatRequest(session_id=session), metadata=bob.md))
-            assert (await alice.start(session, request_id="r1")).episode_id == ep.episode_id
-            assert (await alice.get(ep.episode_id)).state == t_pb.EPISODE_STATE_OPEN
-    finally:
-        await running.stop()
+    await make_server.stop(running)
+    running = await make_server(running.config)  # the same data dir and keys
+    async with grpc.aio.insecure_channel(running.grpc_target) as channel:
+        alice, bob = Client(channel, ALICE_1), Client(channel, BOB)
+        await _not_found(bob.get(ep.episode_id))
+        await _not_found(bob.sessions.Heartbeat(
+            s_pb.HeartbeatRequest(session_id=session), metadata=bob.md))
+        assert (await alice.start(session, request_id="r1")).episode_id == ep.episode_id
+        assert (await alice.get(ep.episode_id)).state == t_pb.EPISODE_STATE_OPEN
 
 
 async def test_over_http_only_the_episode_key_reaches_its_episode(keyed: Any) -> None:

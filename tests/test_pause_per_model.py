@@ -26,7 +26,7 @@ from swarmrl_server.swarm import Swarm
 from swarmrl_server.trainer.workers import LocalGroup
 from swarmrl_server.wiring import attach_trainers
 from tests.helpers import assert_eventually, wait_for_step
-from tests.test_trainer_common import MODEL, group_of, insert_episodes
+from tests.trainer_support import MODEL, group_of, insert_episodes
 
 OTHER = "other"
 

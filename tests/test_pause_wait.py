@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,8 +20,9 @@ import pytest
 import swarmrl
 from swarmrl_server.security import IN_PROCESS
 from tests.helpers import assert_eventually
-from tests.http_fixtures import _start
-from tests.http_support import aclient, start_episode, stored_calls
+from tests.http_support import aclient, start_episode
+from tests.server_fixtures import ServerFactory
+from tests.store_support import stored_calls
 
 PAUSE_S = 10.0
 
@@ -88,19 +87,13 @@ async def test_a_grpc_generate_waits_too(http_server: Any) -> None:
 
 
 @pytest.fixture
-async def short_wait_server(tiny_model_dir: Path, model_cache: Path, tmp_path: Path
-                            ) -> AsyncIterator[Any]:
+async def short_wait_server(make_server: ServerFactory) -> Any:
     """A server whose calls wait at most 0.5 s for a pause to lift (`--pause-wait 0.5`)."""
     from swarmrl_server.cli import build_parser, config_from_args
 
     args = build_parser().parse_args(["--pause-wait", "0.5"])
     assert config_from_args(args).pause_wait_s == 0.5  # the flag reaches the config
-    running = await _start({"data_dir": tmp_path / "data", "cache_dir": model_cache,
-                            "pause_wait_s": 0.5})
-    try:
-        yield running
-    finally:
-        await running.stop()
+    return await make_server(http=True, pause_wait_s=0.5)
 
 
 async def test_past_the_bound_the_call_is_refused_with_429(short_wait_server: Any) -> None:

@@ -12,7 +12,6 @@ comes back serving the current version.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ import structlog
 
 import swarmrl
 from tests.helpers import wait_for_step
+from tests.server_fixtures import ServerFactory
 
 pytestmark = pytest.mark.slow
 
@@ -33,25 +33,18 @@ async def until(check: Any, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_ray_replicas_and_fsdp2_workers_train(
-    tmp_path: Path, model_cache: Path, tiny_model_dir: Path
-) -> None:
+async def test_ray_replicas_and_fsdp2_workers_train(make_server: ServerFactory) -> None:
     ray = pytest.importorskip("ray")
-    from swarmrl_server.app import start_server
-    from swarmrl_server.config import ModelSpec, ServerConfig
+    from swarmrl_server.config import ModelSpec
     from swarmrl_server.scale.replicas import RayReplica
     from swarmrl_server.scale.router import Router
 
-    config = ServerConfig(
-        models=(ModelSpec("tiny", "tiny", "hf"),), port=0, http_port=None,
-        data_dir=tmp_path / "data", cache_dir=model_cache, grace_s=0.5, torch_threads=1,
-        train=True, ray=True, replicas=2,
-        train_options={"batch_size": "4", "group_size": "2", "workers": "2",
-                       "worker_cpus": "1", "checkpoint_every": "0", "progress": "false",
-                       "checkpoint_on_stop": "false", "max_staleness": "100", "lr": "1e-3",
-                       "packing": "true"},
+    running = await make_server(
+        models=(ModelSpec("tiny", "tiny", "hf"),), torch_threads=1, ray=True, replicas=2,
+        train={"batch_size": "4", "group_size": "2", "workers": "2", "worker_cpus": "1",
+               "checkpoint_every": "0", "progress": "false", "checkpoint_on_stop": "false",
+               "max_staleness": "100", "lr": "1e-3", "packing": "true"},
     )
-    running = await start_server(config)
     try:
         host = running.swarm.models["tiny"]
         router = host.engine
@@ -106,5 +99,5 @@ async def test_ray_replicas_and_fsdp2_workers_train(
         assert path.name == "step-3" and (path / "sharded" / "sharded_meta.json").is_file()
         assert (path / "model.safetensors").is_file() and (path / "trainer_state.json").is_file()
     finally:
-        await running.stop()
+        await make_server.stop(running)  # before Ray goes: its replicas and workers are actors
         ray.shutdown()

@@ -9,8 +9,6 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import duration_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from swarmrl_proto.v1 import admin_service_pb2 as admin_pb
 from swarmrl_proto.v1 import admin_service_pb2_grpc as admin_grpc
@@ -19,6 +17,7 @@ from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import session_service_pb2 as s_pb
 from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
 from swarmrl_proto.v1 import types_pb2 as t_pb
+from tests.grpc_support import details
 from tests.helpers import assert_eventually
 
 
@@ -58,22 +57,6 @@ class Stubs:
 
 def user(text: str) -> t_pb.ChatMessage:
     return t_pb.ChatMessage(role=t_pb.ROLE_USER, content=text)
-
-
-def details(err: grpc.aio.AioRpcError) -> tuple[str, str]:
-    """(ErrorInfo.reason, BadRequest field) from an error's rich status."""
-    status = rpc_status.from_call(err)  # type: ignore[arg-type]
-    reason, field = "", ""
-    for d in status.details if status else []:
-        if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            d.Unpack(info)
-            reason = info.reason
-        elif d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            d.Unpack(bad)
-            field = bad.field_violations[0].field
-    return reason, field
 
 
 @pytest.fixture

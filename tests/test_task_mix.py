@@ -12,8 +12,14 @@ from swarmrl_server.swarm import Swarm
 from swarmrl_server.trainer.batching import Batcher
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from tests.helpers import wait_for_step
-from tests.test_trainer_common import group_of, insert_episodes, make_episode
-from tests.test_trainer_loop import metrics, open_swarm, train
+from tests.trainer_support import (
+    group_of,
+    insert_episodes,
+    make_episode,
+    metrics,
+    open_swarm,
+    train,
+)
 
 
 def batcher(**options: str) -> Batcher:

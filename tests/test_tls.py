@@ -19,6 +19,7 @@ from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import session_service_pb2 as s_pb
 from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
 from swarmrl_server.security import IN_PROCESS
+from tests.server_fixtures import ServerFactory
 
 
 def self_signed(tmp: Path) -> tuple[Path, Path]:
@@ -50,35 +51,29 @@ def self_signed(tmp: Path) -> tuple[Path, Path]:
 
 
 async def test_shim_and_grpc_speak_tls_with_the_same_flags(
-        tiny_model_dir: Path, model_cache: Path, tmp_path: Path) -> None:
-    from tests.http_fixtures import _start
-
+        make_server: ServerFactory, tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
-    running: Any = await _start({"data_dir": tmp_path / "data", "cache_dir": model_cache,
-                                 "tls_cert": cert, "tls_key": key})
-    try:
-        creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
-        async with grpc.aio.secure_channel(running.grpc_target, creds) as channel:
-            await s_grpc.SessionServiceStub(channel).OpenSession(
-                s_pb.OpenSessionRequest(session_id="tls", client_name="t"))
-            ep = await ep_grpc.EpisodeServiceStub(channel).StartEpisode(
-                ep_pb.StartEpisodeRequest(session_id="tls", task_id="t"))
-        assert ep.openai_base_url.startswith("https://127.0.0.1:")
-        client = openai.AsyncOpenAI(
-            base_url=ep.openai_base_url, api_key=ep.openai_api_key, max_retries=0,
-            http_client=httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(cert))))
-        r = await client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
-        assert r.choices[0].message is not None
-        assert (await running.swarm.episodes.get(ep.episode_id, caller=IN_PROCESS)).num_calls == 1
-        # Without trusting the certificate the client refuses; plain HTTP gets no answer.
-        untrusting = openai.AsyncOpenAI(base_url=ep.openai_base_url,
-                                        api_key=ep.openai_api_key, max_retries=0)
-        with pytest.raises(openai.APIConnectionError):
-            await untrusting.models.list()
-        plain = openai.AsyncOpenAI(base_url=ep.openai_base_url.replace("https:", "http:"),
-                                   api_key=ep.openai_api_key, max_retries=0)
-        with pytest.raises((openai.APIConnectionError, openai.APIStatusError)):
-            await plain.models.list()
-    finally:
-        await running.stop()
+    running: Any = await make_server(http=True, tls_cert=cert, tls_key=key)
+    creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+    async with grpc.aio.secure_channel(running.grpc_target, creds) as channel:
+        await s_grpc.SessionServiceStub(channel).OpenSession(
+            s_pb.OpenSessionRequest(session_id="tls", client_name="t"))
+        ep = await ep_grpc.EpisodeServiceStub(channel).StartEpisode(
+            ep_pb.StartEpisodeRequest(session_id="tls", task_id="t"))
+    assert ep.openai_base_url.startswith("https://127.0.0.1:")
+    client = openai.AsyncOpenAI(
+        base_url=ep.openai_base_url, api_key=ep.openai_api_key, max_retries=0,
+        http_client=httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(cert))))
+    r = await client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    assert r.choices[0].message is not None
+    assert (await running.swarm.episodes.get(ep.episode_id, caller=IN_PROCESS)).num_calls == 1
+    # Without trusting the certificate the client refuses; plain HTTP gets no answer.
+    untrusting = openai.AsyncOpenAI(base_url=ep.openai_base_url,
+                                    api_key=ep.openai_api_key, max_retries=0)
+    with pytest.raises(openai.APIConnectionError):
+        await untrusting.models.list()
+    plain = openai.AsyncOpenAI(base_url=ep.openai_base_url.replace("https:", "http:"),
+                               api_key=ep.openai_api_key, max_retries=0)
+    with pytest.raises((openai.APIConnectionError, openai.APIStatusError)):
+        await plain.models.list()

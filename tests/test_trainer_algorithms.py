@@ -20,12 +20,14 @@ from swarmrl_server.trainer.step import (
     gather,
     generated_mask,
 )
-from tests.test_trainer_common import (
+from tests.trainer_support import (
     MODEL,
     current_logprobs,
+    fresh_model,
     make_episode,
     multi_turn_calls,
     per_call_rows,
+    two_episode_group,
 )
 
 OUTCOME_ESTIMATORS = ["grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus",
@@ -37,13 +39,6 @@ def tiny(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
     from swarmrl_server.models import load_model
 
     return load_model(tiny_model_dir)
-
-
-def fresh_model(tiny_model_dir: Path) -> torch.nn.Module:
-    from swarmrl_server.models import load_model
-
-    model, _ = load_model(tiny_model_dir)
-    return model
 
 
 def runner(model: torch.nn.Module, **options: str) -> StepRunner:
@@ -130,13 +125,6 @@ def test_bad_option_keys_and_values_are_rejected() -> None:
 
 
 # -- a training step -------------------------------------------------------------------
-
-
-def two_episode_group(model: torch.nn.Module) -> tuple[EpisodeRows, EpisodeRows]:
-    rng = random.Random(0)
-    good = make_episode("good", 1.0, current_logprobs(model, multi_turn_calls("good", rng)))
-    bad = make_episode("bad", 0.0, current_logprobs(model, multi_turn_calls("bad", rng)))
-    return episode_rows(good, MODEL, "g")[0], episode_rows(bad, MODEL, "g")[0]
 
 
 def sequence_logprob(model: torch.nn.Module, episode: EpisodeRows, pad_id: int) -> float:

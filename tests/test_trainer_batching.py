@@ -5,7 +5,7 @@ from __future__ import annotations
 from swarmrl_server.store.records import EpisodeRecord
 from swarmrl_server.trainer.batching import Batcher, make_groups
 from swarmrl_server.trainer.config import TrainerConfig
-from tests.test_trainer_common import make_episode
+from tests.trainer_support import make_episode
 
 
 def episodes(group_id: str, rewards: list[float], t0: float = 0.0, task_id: str = "t") -> list[EpisodeRecord]:

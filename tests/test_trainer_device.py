@@ -11,7 +11,7 @@ import torch
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from swarmrl_server.trainer.device import CPU, Placement, resolve
 from swarmrl_server.trainer.step import StepRunner
-from tests.test_trainer_algorithms import fresh_model, two_episode_group
+from tests.trainer_support import fresh_model, two_episode_group
 
 
 def test_auto_is_cpu_without_a_gpu_and_cuda_is_refused() -> None:

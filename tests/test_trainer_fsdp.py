@@ -13,7 +13,6 @@ norm is not. Then a sharded checkpoint written by the 2 workers resumes on 1 wor
 from __future__ import annotations
 
 import pickle
-import random
 from pathlib import Path
 
 import pytest
@@ -22,45 +21,11 @@ import torch.multiprocessing as mp
 
 from swarmrl_server.timelines.grammar import GrammarReplay
 from swarmrl_server.trainer.config import TrainerConfig
-from swarmrl_server.trainer.step import EpisodeRows, StepRunner, episode_rows
+from swarmrl_server.trainer.step import StepRunner
+from tests.fsdp_support import OPTIONS, fsdp_batch
 from tests.helpers import free_port
-from tests.test_trainer_common import (
-    MODEL,
-    constrained_call,
-    current_logprobs,
-    make_episode,
-    multi_turn_calls,
-)
 
 pytestmark = pytest.mark.slow
-
-OPTIONS = {"group_size": "0", "lr": "1e-3", "mini_batches": "2", "micro_batch_tokens": "96",
-           "packing": "true", "device": "cpu"}
-
-
-def _episodes(model_dir: Path) -> list[EpisodeRows]:
-    from swarmrl_server.models import load_model
-
-    model, tokenizer = load_model(model_dir)
-    replay = GrammarReplay(tokenizer)
-    rng = random.Random(7)
-    out = []
-    for i, turns in enumerate([1, 6, 2, 5, 1, 3, 4, 1]):
-        length = [2, 40, 5, 25, 3, 12, 30, 2][i]
-        completions = [[rng.randrange(500, 1500) for _ in range(length - 1)] + [2]
-                       for _ in range(turns)]
-        calls = current_logprobs(model, multi_turn_calls(
-            f"e{i}", rng, turns=turns, completions=completions, split=i == 3))
-        if i in (1, 2, 5):  # a structured answer after the last turn, as an agent's last call
-            last = calls[-1]
-            calls.append(constrained_call(
-                model, tokenizer, f"e{i}", len(calls), last.prompt_ids + last.completion_ids,
-                f'{{"ok": {"true" if i % 2 else "false"}, "n": {i * 37}}}', temperature=0.8))
-        group = f"g{i % 2}"
-        record = make_episode(f"e{i}", float(rng.random()), calls, group_id=group)
-        out.append(episode_rows(record, MODEL, group, replay.choices)[0])
-    assert sum(bool(r.grammars) for e in out for r in e.rows) == 3
-    return out
 
 
 def _config() -> TrainerConfig:
@@ -103,7 +68,7 @@ def test_two_fsdp2_workers_equal_one_process(tiny_model_dir: Path, tmp_path: Pat
     from swarmrl_server.trainer.distributed import balance_by_tokens
     from swarmrl_server.trainer.step import packed_forward
 
-    episodes = _episodes(tiny_model_dir)
+    episodes = fsdp_batch(tiny_model_dir)
     shares = balance_by_tokens(episodes, 2)
     tokens = [sum(episodes[i].num_tokens for i in s) for s in shares]
     assert all(shares) and sorted(shares[0] + shares[1]) == list(range(len(episodes)))

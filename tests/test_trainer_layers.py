@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import grimp
 
-from tests.test_architecture import graph
+from tests.architecture_support import graph
 
 T = "swarmrl_server.trainer."
 TRAINER_LAYERS: list[tuple[str, ...]] = [

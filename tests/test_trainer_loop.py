@@ -5,39 +5,17 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
-from swarmrl_server.config import ModelSpec, ServerConfig
-from swarmrl_server.engine.hf.engine import HFEngine
 from swarmrl_server.errors import SwarmError
-from swarmrl_server.hosting import ModelHost
 from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.swarm import Swarm
 from swarmrl_server.trainer import checkpoint
 from swarmrl_server.trainer.config import TrainerConfigError
-from swarmrl_server.wiring import attach_trainers
 from tests.helpers import assert_eventually, wait_for_step
-from tests.test_trainer_common import MODEL, group_of, insert_episodes
-
-
-async def open_swarm(data_dir: Path, model_dir: Path) -> Swarm:
-    engine = HFEngine.from_pretrained(MODEL, model_dir)
-    swarm = Swarm({MODEL: ModelHost(MODEL, engine, "tiny", model_dir, trainable=True)},
-                  data_dir=data_dir)
-    await swarm.start()
-    return swarm
-
-
-async def train(swarm: Swarm, resume: Path | None = None, **options: str) -> Any:
-    options = {"progress": "false", "group_size": "2", "batch_rule": "groups", "batch_size": "1",
-               "lr": "1e-3", **options}
-    config = ServerConfig(models=(ModelSpec(MODEL, "tiny"),), train=True, train_options=options,
-                          resume=resume, data_dir=swarm.data_dir)
-    await attach_trainers(swarm, config)
-    return swarm.models[MODEL].trainer
+from tests.trainer_support import MODEL, group_of, insert_episodes, metrics, open_swarm, train
 
 
 @pytest.fixture
@@ -47,10 +25,6 @@ async def swarm(tmp_path: Path, tiny_model_dir: Path) -> AsyncIterator[Swarm]:
         yield s
     finally:
         await s.stop()
-
-
-def metrics(data_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (data_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 async def test_stale_episodes_are_dropped_counted_and_consumed(swarm: Swarm) -> None:

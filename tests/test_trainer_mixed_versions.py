@@ -20,15 +20,16 @@ from swarmrl_server.timelines.merge import merge_calls
 from swarmrl_server.trainer.config import TrainerConfig
 from swarmrl_server.trainer.step import StepRunner, episode_rows
 from tests.helpers import assert_eventually, wait_for_step
-from tests.test_trainer_common import (
+from tests.trainer_support import (
     MODEL,
     current_logprobs,
     group_of,
     insert_episodes,
     make_episode,
     multi_turn_calls,
+    open_swarm,
+    train,
 )
-from tests.test_trainer_loop import open_swarm, train
 
 
 def resumed(call: CallRecord, spans: list[tuple[int, int, int]]) -> CallRecord:

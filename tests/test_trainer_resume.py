@@ -12,12 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers import ServerProcess, wait_until
-from tests.test_trainer_common import (
-    current_logprobs,
-    make_episode,
-    multi_turn_calls,
-    write_episodes,
-)
+from tests.trainer_support import current_logprobs, make_episode, multi_turn_calls, write_episodes
 
 OPTIONS = {"batch_rule": "groups", "batch_size": "1", "group_size": "4", "lr": "1e-3",
            "checkpoint_every": "1", "checkpoint_on_stop": "false", "progress": "false",

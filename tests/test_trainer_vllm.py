@@ -8,14 +8,13 @@ token (tests/vllm_support.py) until the sync is seen waiting for it, so it surel
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import torch
 
 import swarmrl
-from swarmrl_server.engine.base import GenerationChunk, GenerationOutput, SamplingParams
+from swarmrl_server.engine.base import GenerationOutput, SamplingParams
 from swarmrl_server.engine.vllm.engine import VLLMEngine
 from swarmrl_server.engine.vllm.server import VLLMServer
 from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest, resolve_sampling
@@ -23,10 +22,10 @@ from swarmrl_server.errors import SwarmError
 from swarmrl_server.security import IN_PROCESS
 from tests.engine_fixtures import MAX_LEN
 from tests.helpers import assert_eventually
+from tests.serving_support import PROMPT, collect, run
 from tests.vllm_support import hold_calls
 
 pytestmark = pytest.mark.slow
-PROMPT = [5, 6, 7, 8, 9, 10]
 HOLD_AT = 3
 """Tokens the long call streams before it is held."""
 
@@ -38,18 +37,6 @@ async def restore_weights(url: str, model_dir: Path) -> None:
         await server.reload_weights(model_dir, 0)
     finally:
         await server.stop()
-
-
-async def run(engine: VLLMEngine, params: SamplingParams) -> GenerationOutput:
-    async for item in engine.generate(PROMPT, params):
-        if isinstance(item, GenerationOutput):
-            return item
-    raise AssertionError("no output")
-
-
-async def collect(stream: AsyncIterator[GenerationChunk | GenerationOutput]
-                  ) -> list[GenerationChunk | GenerationOutput]:
-    return [item async for item in stream]
 
 
 async def test_one_trainer_step_reaches_vllm_with_its_version(

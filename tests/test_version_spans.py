@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 
 import swarmrl
-from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.store.schema import prepare
 from tests.http_support import aclient, start_episode
+from tests.store_support import stored_episode
 
 PROMPT = [11, 12, 13, 14, 15, 16]
 
@@ -36,7 +36,7 @@ async def test_one_span_round_trips_everywhere(http_server: Any) -> None:
         info = await client.get_episode(episode_id, include_calls=True)
         assert [c.version_spans for c in info.calls] == [((0, 0, 4),), ((2, 0, 3),)]
     # The store: stored with the call, read back as written.
-    record = await running.swarm.episodes.get(episode_id, with_calls=True, caller=IN_PROCESS)
+    record = await stored_episode(running, episode_id)
     assert [c.version_spans for c in record.calls] == [[(0, 0, 4)], [(2, 0, 3)]]
     # The HTTP extension: one list of spans per choice (chat and text completions).
     oai = aclient(await start_episode(running))

@@ -31,7 +31,7 @@ import torch
 from swarmrl_server.engine.base import Engine, GenerationOutput, SamplingParams
 from swarmrl_server.engine.vllm.engine import VLLMEngine
 from tests.engine_fixtures import launch_vllm, random_adapters
-from tests.test_interrupt import PROMPT, assert_spans_exact, run_call, versions
+from tests.interrupt_support import PROMPT, assert_spans_exact, run_call, versions
 from tests.vllm_support import Hold, hold_calls
 
 pytestmark = pytest.mark.slow

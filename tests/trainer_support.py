@@ -1,20 +1,23 @@
-"""Helpers for the trainer tests: synthetic episodes with exact token ids, and stores of them.
-
-(No tests here; the module name only keeps it next to the tests that use it.)
-"""
+"""Helpers for the trainer tests: synthetic episodes with exact token ids, stores of them,
+and a swarm (no front doors) with a trainer attached."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from swarmrl_server.store.records import CallRecord, EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
+from swarmrl_server.trainer.step import EpisodeRows, episode_rows
+
+if TYPE_CHECKING:
+    from swarmrl_server.swarm import Swarm
 
 MODEL = "tiny"
 PROMPT = [1, 873, 198, 1100, 1200, 30, 2, 198, 1, 1300, 198]
@@ -146,3 +149,54 @@ def per_call_rows(calls: list[CallRecord]) -> list[Any]:
     from swarmrl_server.timelines.merge import merge_calls
 
     return [merge_calls([c])[0][0] for c in calls]
+
+
+def fresh_model(tiny_model_dir: Path) -> torch.nn.Module:
+    from swarmrl_server.models import load_model
+
+    model, _ = load_model(tiny_model_dir)
+    return model
+
+
+def two_episode_group(model: torch.nn.Module) -> tuple[EpisodeRows, EpisodeRows]:
+    """A good (reward 1) and a bad (reward 0) 3-turn episode, on-policy for `model`."""
+    rng = random.Random(0)
+    good = make_episode("good", 1.0, current_logprobs(model, multi_turn_calls("good", rng)))
+    bad = make_episode("bad", 0.0, current_logprobs(model, multi_turn_calls("bad", rng)))
+    return episode_rows(good, MODEL, "g")[0], episode_rows(bad, MODEL, "g")[0]
+
+
+# -- a swarm with a trainer, no front doors ---------------------------------------------
+# (The server's modules are imported when used: the FSDP tests' spawned workers import
+# this module for the episodes alone.)
+
+
+async def open_swarm(data_dir: Path, model_dir: Path) -> Swarm:
+    from swarmrl_server.engine.hf.engine import HFEngine
+    from swarmrl_server.hosting import ModelHost
+    from swarmrl_server.swarm import Swarm
+
+    engine = HFEngine.from_pretrained(MODEL, model_dir)
+    swarm = Swarm({MODEL: ModelHost(MODEL, engine, "tiny", model_dir, trainable=True)},
+                  data_dir=data_dir)
+    await swarm.start()
+    return swarm
+
+
+async def train(swarm: Swarm, resume: Path | None = None, **options: str) -> Any:
+    """Attaches a trainer of MODEL to `swarm` (one group of 2 a step unless `options` say
+    otherwise) and returns it."""
+    from swarmrl_server.config import ModelSpec, ServerConfig
+    from swarmrl_server.wiring import attach_trainers
+
+    options = {"progress": "false", "group_size": "2", "batch_rule": "groups", "batch_size": "1",
+               "lr": "1e-3", **options}
+    config = ServerConfig(models=(ModelSpec(MODEL, "tiny"),), train=True, train_options=options,
+                          resume=resume, data_dir=swarm.data_dir)
+    await attach_trainers(swarm, config)
+    return swarm.models[MODEL].trainer
+
+
+def metrics(data_dir: Path) -> list[dict[str, Any]]:
+    """Every step's metrics record (metrics.jsonl)."""
+    return [json.loads(line) for line in (data_dir / "metrics.jsonl").read_text().splitlines()]
