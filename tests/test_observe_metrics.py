@@ -6,12 +6,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+import logging.config
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import structlog
+import uvicorn.config
 from prometheus_client.parser import text_string_to_metric_families
 
 import swarmrl
@@ -126,6 +128,10 @@ def restore_logging() -> Iterator[None]:
 
 
 def test_logs_are_json_off_a_terminal_and_carry_the_request_ids(restore_logging: None) -> None:
+    # As a uvicorn.Config with its default log_config leaves the process (any made before
+    # the server configures logging): uvicorn's loggers on handlers of their own, not
+    # propagating. configure() takes them back.
+    logging.config.dictConfig(uvicorn.config.LOGGING_CONFIG)
     out = io.StringIO()  # not a terminal
     logs.configure("info", stream=out)
     log = structlog.get_logger("test")

@@ -93,3 +93,11 @@ def configure(level: str = "info", *, json: bool | None = None,
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(numeric)
+    # The server runs uvicorn in process. A uvicorn.Config with its default log_config,
+    # made anywhere in this process before (a library's server, a test's), gave uvicorn's
+    # loggers handlers of their own and stopped them propagating: their lines would
+    # bypass this format. They are the root's again.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers, logger.propagate, logger.disabled = [], True, False
+        logger.setLevel(logging.NOTSET)
