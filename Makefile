@@ -76,7 +76,7 @@ demo: $(STAMP) $(if $(filter vllm,$(ENGINE)),$(VLLM_STAMP))
 # computes, so 3 workers beat 2 on 2 cores; the real-vLLM tests go to one worker as one
 # group (tests/conftest.py). TEST_WORKERS=0 runs them in this process, in order.
 TEST_WORKERS ?= 3
-PYTEST := SWARMRL_REQUIRE_STUB_TOOLCHAINS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := SWARMRL_REQUIRE_STUB_TOOLCHAINS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS)
 test: $(STAMP) $(VLLM_STAMP) $(VF_STAMP) toolchains
 	$(PYTEST)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,27 +20,48 @@ VLLM_FIXTURES = frozenset({"vllm_url", "vllm_lora_url", "own_vllm_url"})
 module server)."""
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that run a real vLLM server (a `vllm` mark, or a vLLM session fixture) go to
-    one xdist worker as one group, first.
+def in_vllm_group(nodeid: str) -> bool:
+    """Whether a test goes to the vLLM group, told from its id alone (the xdist controller,
+    which schedules, sees only ids: it does not collect). Every test that runs a real
+    vLLM server names vLLM in its id (its file, its name or its engine parameter);
+    `pytest_collection_modifyitems` refuses a vLLM test that does not."""
+    return "vllm" in nodeid
 
-    Why one group: a session fixture is per worker, so vLLM tests spread over 3 workers
-    would launch 3 copies of each server (each ~1 GiB of KV cache and a CPU at start-up),
-    and 3 servers at once is what made the serial suite's end slow. Why first: the group
-    is the longest unit of work (`--dist loadgroup` hands out groups in collection
-    order), so started last it would finish alone after the others. Without xdist the
-    marks change nothing but the order.
-    """
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks the tests that run a real vLLM server (a `vllm` mark, or a vLLM fixture) and
+    puts them first; refuses one the scheduler would not group (`in_vllm_group`)."""
     def vllm(item: pytest.Item) -> bool:
         names = set(getattr(item, "fixturenames", ()))
         return item.get_closest_marker("vllm") is not None or bool(VLLM_FIXTURES & names)
 
     for item in items:
         if vllm(item):
+            if not in_vllm_group(item.nodeid):
+                raise pytest.UsageError(f"{item.nodeid} runs a real vLLM server: its id must "
+                                        "name vllm, so xdist groups it (tests/conftest.py)")
             item.add_marker(pytest.mark.vllm)
-            item.add_marker(pytest.mark.xdist_group("vllm"))
     items.sort(key=lambda item: not vllm(item))  # stable: the rest keep their order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The xdist scheduler of `make test`: every test on its own, but the vLLM tests as one
+    unit on one worker, handed out first.
+
+    Why one unit: a session fixture is per worker, so vLLM tests spread over 3 workers
+    would launch 3 copies of each server (each ~1 GiB of KV cache and a core at
+    start-up). Why first: the unit is the longest piece of work (units go out in
+    collection order), so started last it would finish alone after the others. (xdist's
+    own `--dist loadgroup` does this with `xdist_group` marks, but it tags the ids
+    through an attribute pytest 9 no longer reads, so it groups nothing.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class VLLMGrouped(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "vllm" if in_vllm_group(nodeid) else nodeid
+
+    return VLLMGrouped(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
