@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +115,13 @@ def test_study_heals_a_killed_server_and_a_crashed_client(
                        budget={"steps": 8, "wall_s": 300})
     proc = study_cmd(path)
     try:
-        kill_when(path, "s0-r00", "server", 2)  # mid-way, after its step-2 checkpoint
-        kill_when(path, "s0-r01", "agent#0", 1)
+        # Both at once, each when its run gets there: waiting for one first let the other
+        # run finish (its agent gone) before it was killed, on a loaded machine.
+        with ThreadPoolExecutor(2) as pool:
+            kills = [pool.submit(kill_when, path, "s0-r00", "server", 2),  # after step-2's
+                     pool.submit(kill_when, path, "s0-r01", "agent#0", 1)]  # checkpoint
+            for kill in kills:
+                kill.result()
         finish(proc, path)
     finally:
         if proc.poll() is None:
