@@ -7,7 +7,8 @@ for both). So the comparison pairs the runs item by item:
 - success (when the environment defines it, one rollout per item): the items only A
   solved and only B solved, and the exact McNemar p-value of that split;
 - mean reward, and success with k rollouts per item: the mean per-item difference B - A
-  with a paired bootstrap 95% interval (items resampled, both runs' values together).
+  with a paired bootstrap 95% interval (`bootstrap_mean` of the per-item differences:
+  items resampled with both runs' values together).
 
 The runs must have evaluated the same items: their cards' split hashes must agree (the
 hash is over the items' content, `_flow.splits_record`), and the rollouts must cover the
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmrl.envs._stats import mcnemar_exact
+from swarmrl.envs._stats import bootstrap_mean, mcnemar_exact
 
 __all__ = ["Paired", "compare_main", "paired"]
 
@@ -77,15 +77,6 @@ def _per_item(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     return out
 
 
-def _paired_bootstrap(diffs: Sequence[float], *, resamples: int = 2000, seed: int = 0
-                      ) -> tuple[float, float]:
-    """Percentile interval of the mean of per-item differences, items resampled (seeded)."""
-    rng = random.Random(seed)
-    n = len(diffs)
-    means = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(resamples))
-    return means[int(0.025 * (resamples - 1))], means[int(0.975 * (resamples - 1))]
-
-
 def paired(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]]) -> Paired:
     """Compares two evaluations' rollout rows (``rollouts.jsonl`` records) item by item.
 
@@ -107,12 +98,12 @@ def paired(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]]) -
     diffs = [y - x for x, y in zip(reward_a, reward_b, strict=True)]
     out: dict[str, Any] = {
         "items": len(items), "mean_reward_a": mean(reward_a), "mean_reward_b": mean(reward_b),
-        "reward_diff": mean(diffs), "reward_diff_ci95": _paired_bootstrap(diffs)}
+        "reward_diff": mean(diffs), "reward_diff_ci95": bootstrap_mean(diffs)}
     if all(r.get("success") is not None for i in items for r in a[i] + b[i]):
         share_a = [mean([float(r["success"]) for r in a[i]]) for i in items]
         share_b = [mean([float(r["success"]) for r in b[i]]) for i in items]
         out.update(success_a=mean(share_a), success_b=mean(share_b),
-                   success_diff_ci95=_paired_bootstrap(
+                   success_diff_ci95=bootstrap_mean(
                        [y - x for x, y in zip(share_a, share_b, strict=True)]))
         if all(len(a[i]) == 1 and len(b[i]) == 1 for i in items):
             only_a = sum(x > y for x, y in zip(share_a, share_b, strict=True))
