@@ -63,9 +63,12 @@ async def test_32_concurrent_episodes_from_one_client(server: Any) -> None:
             (call,) = info.calls
             assert call.prompt_ids == [5, 6, 7, i % 50 + 10]
             assert call.completion_ids == completion.completion_ids
-    # They really shared the engine's waves rather than running one by one.
+    # They really shared the engine's decode steps rather than running one by one: one
+    # at a time, every generated token would take a step of its own. (Calls either start
+    # a wave together or join a running one, continuous batching; a loaded machine can
+    # make the first wave a single call and admit the other 31 into it.)
     stats = server.swarm.models["tiny"].engine.stats
-    assert max(stats.wave_sizes) > 1
+    assert stats.tokens_generated >= 32 and stats.steps <= stats.tokens_generated / 4, stats
     status = await server.swarm.status()
     assert status["ended_episodes"] == 32 and status["open_episodes"] == 0
 
