@@ -32,7 +32,7 @@ from swarmrl.envs import _card
 from swarmrl.envs._api import Environment
 from swarmrl.envs._flow import Budget, evaluate_once, splits_record, train_and_test
 from swarmrl.envs._load import load_environment, parse_env_args
-from swarmrl.envs._report import RolloutRecord
+from swarmrl.envs._report import RolloutRecord, read_rollouts
 from swarmrl.envs._runner import Runner, RunnerConfig
 from swarmrl.envs._server import ServerProcess
 
@@ -202,8 +202,7 @@ def _budget(out: Path, args: argparse.Namespace) -> Budget:
     groups = args.groups
     rollouts = out / "rollouts.jsonl"
     if groups is not None and rollouts.is_file():
-        done = {r["group_id"] for r in map(json.loads, rollouts.read_text().splitlines())
-                if r.get("trained")}
+        done = {r["group_id"] for r in read_rollouts(rollouts) if r.get("trained")}
         groups = max(0, groups - len(done))
     return Budget(deadline, groups)
 

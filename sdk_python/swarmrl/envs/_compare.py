@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from swarmrl.envs._report import read_rollouts
 from swarmrl.envs._stats import bootstrap_mean, mcnemar_exact
 
 __all__ = ["Paired", "compare_main", "paired"]
@@ -122,8 +123,7 @@ def _load(spec: str, split: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             raise ValueError(f"{spec}: no {needed.name} (a --out folder of swarmrl "
                              "train or eval holds one)")
     card = json.loads(card_path.read_text())
-    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if r.get("split") == split]
+    rows = [r for r in read_rollouts(rows_path) if r.get("split") == split]
     if version:
         rows = [r for r in rows if r.get("policy_versions") == [int(version)]]
     if not rows:

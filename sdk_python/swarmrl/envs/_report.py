@@ -3,16 +3,18 @@ overall and per task, pass@k with k samples per item, and the policy versions pl
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from swarmrl.envs._api import Split
 from swarmrl.envs._stats import bootstrap_mean, wilson
 
-__all__ = ["EvalReport", "RolloutRecord"]
+__all__ = ["EvalReport", "RolloutRecord", "read_rollouts"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,10 @@ class RolloutRecord:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+
+def read_rollouts(path: Path) -> list[dict[str, Any]]:
+    """The rows of a run's ``rollouts.jsonl`` (`RolloutRecord.as_dict` plus its ``time``)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _figures(records: Sequence[RolloutRecord]) -> dict[str, Any]:
