@@ -49,7 +49,7 @@ $(VLLM_STAMP): constraints-vllm.txt
 
 vllm-venv: $(VLLM_STAMP)
 
-# The verifiers adapter's side (swarmrl.envs.verifiers, tests/test_envs_verifiers.py): the
+# The verifiers adapter's side (swarmrl.envs.verifiers, tests/sdk/envs/test_envs_verifiers.py): the
 # tests run verifiers in this venv's python, against a server started from the main venv.
 $(VF_STAMP): constraints-verifiers.txt pyproject.toml
 	$(VF_PYTHON) -m venv $(VF_VENV)

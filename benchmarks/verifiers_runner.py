@@ -1,6 +1,6 @@
 """The swarmrl runner's cost per rollout against verifiers driving the same server itself.
 
-One verifiers env (default: ``vf_guess`` from tests/verifiers_envs, three model calls a
+One verifiers env (default: ``vf_guess`` from tests/sdk/envs/verifiers_envs, three model calls a
 rollout, the env playing the user), the same number of episodes and concurrency, two ways:
 
 - **runner**: ``swarmrl.envs.Runner.train`` through `swarmrl.envs.verifiers`: a swarmrl
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "verifiers_envs"))
+sys.path.insert(0, str(REPO / "tests" / "sdk" / "envs" / "verifiers_envs"))
 os.environ["PYTHONPATH"] = os.pathsep.join(  # the toolset subprocesses import the envs too
-    [str(REPO / "tests" / "verifiers_envs"), os.environ.get("PYTHONPATH", "")])
+    [str(REPO / "tests" / "sdk" / "envs" / "verifiers_envs"), os.environ.get("PYTHONPATH", "")])
 
 import swarmrl  # noqa: E402
 from swarmrl.envs import Runner, RunnerConfig, load_environment  # noqa: E402
@@ -116,7 +116,7 @@ async def verifiers_arm(target: str, env_id: str, episodes: int, concurrency: in
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", default="vf_guess", help="a package in tests/verifiers_envs")
+    p.add_argument("--env", default="vf_guess", help="a package in tests/sdk/envs/verifiers_envs")
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=8)

@@ -1,5 +1,5 @@
 """The project's import graph, for the tests that read the architecture from it
-(tests/test_architecture.py: the server's layers; tests/test_trainer_layers.py: the
+(tests/server/test_architecture.py: the server's layers; tests/server/trainer/test_trainer_layers.py: the
 trainer's)."""
 
 from __future__ import annotations

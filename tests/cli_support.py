@@ -1,5 +1,5 @@
 """`swarmrl run -- CMD` in a child process against a test's server, and what its log says
-(tests/test_cli_run.py; tests/test_http_responses_agents.py runs an Agents SDK program
+(tests/sdk/test_cli_run.py; tests/server/http/test_http_responses_agents.py runs an Agents SDK program
 under it)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 Ending an episode of several models creates MARKER once the first model is queued and
 then blocks inside the open transaction, so the test can SIGKILL the server exactly
-between the two writes of the real code path (tests/test_multimodel_commit.py).
+between the two writes of the real code path (tests/server/store/test_multimodel_commit.py).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ MAX_LEN = 128
 """Context length of the test engines (short: the limit is cheap to reach)."""
 LONG_CONTEXT = 1024
 """Context length of the vLLM servers whose tests time a kill against a call in flight
-(tests/test_vllm_crash.py): a call of ~1,000 tokens still runs seconds after it started,
+(tests/server/engine/test_vllm_crash.py): a call of ~1,000 tokens still runs seconds after it started,
 even when the test reads its stream well behind the server (a loaded machine). Weight
 syncs are timed by holding the call instead (tests/vllm_support.py)."""
 

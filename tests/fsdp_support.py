@@ -1,5 +1,5 @@
-"""The batch and options of the FSDP2 equivalence tests (tests/test_trainer_fsdp.py, and
-tests/test_lora_fsdp.py with LoRA on top): small enough for CPU workers, varied enough to
+"""The batch and options of the FSDP2 equivalence tests (tests/server/trainer/test_trainer_fsdp.py, and
+tests/server/trainer/test_lora_fsdp.py with LoRA on top): small enough for CPU workers, varied enough to
 cross every packing, grammar and mini-batch boundary."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What the interruptible-weight-sync tests share (tests/test_interrupt.py on the in-process
-engines, tests/test_vllm_interrupt.py on vLLM): a prompt, two weight versions of the
+"""What the interruptible-weight-sync tests share (tests/server/engine/test_interrupt.py on the in-process
+engines, tests/server/engine/test_vllm_interrupt.py on vLLM): a prompt, two weight versions of the
 tiny model, a call run with a sync in its middle, and the exact check of each span's
 logprobs against a plain forward at that span's weights."""
 

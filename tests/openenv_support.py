@@ -1,5 +1,5 @@
 """OpenEnv environments written as their authors would (OpenEnv's own base classes, served
-by OpenEnv's own server), for the adapter's tests (`tests/test_envs_openenv.py`).
+by OpenEnv's own server), for the adapter's tests (`tests/sdk/envs/test_envs_openenv.py`).
 
 - `WordGuess`: a text game. Guess a five-letter word in three tries; each guess earns
   a tenth per letter of the word it contains, and 1.0 when it is the word. Every step

@@ -98,7 +98,7 @@ def check_sampling(sampling: types_pb2.SamplingParams) -> None:
 
     Why it is restated here: the fake has no server to ask, and the SDK may import
     nothing of the server (only the contract, whose `RequestLimit` gives both the
-    numbers); `tests/test_sdk_fake_rules.py` holds the two to the same answers."""
+    numbers); `tests/sdk/test_sdk_fake_rules.py` holds the two to the same answers."""
     max_tokens = sampling.max_tokens if sampling.HasField("max_tokens") else 1
     temperature = sampling.temperature if sampling.HasField("temperature") else 1.0
     top_p = sampling.top_p if sampling.HasField("top_p") else 1.0

@@ -3,7 +3,7 @@ the one place that knows both the swarm and the trainer, and builds each trainer
 
 It sits with the app, above both: the trainer package sees the server only through its
 port (`trainer.port`), and the swarm sees a trainer only as a `hosting.TrainerHandle`
-(tests/test_architecture.py holds the trainer package off the swarm and hosting)."""
+(tests/server/test_architecture.py holds the trainer package off the swarm and hosting)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ never drift from the code: the command lines from their argparse parsers, the tr
 options from the trainer's own table, the protos from their comments, the HTTP API from
 the OpenAPI document the FastAPI app builds, the errors from the reasons the server
 raises, and the results pages from the committed records under `results/`. Nothing here
-is committed as Markdown; `tests/test_docs.py` builds the site and compares the pages
+is committed as Markdown; `tests/docs/test_docs.py` builds the site and compares the pages
 with what the commands print.
 """
 

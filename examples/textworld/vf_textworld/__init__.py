@@ -19,7 +19,7 @@ A verifiers environment package (``verifiers init``'s shape: `TextWorldTaskset` 
   its ``success`` metric is the win.
 
 So the same greedy play records the same tokens natively, through OpenEnv and here
-(``tests/test_envs_textworld_forms.py``).
+(``tests/sdk/envs/test_envs_textworld_forms.py``).
 """
 
 import asyncio

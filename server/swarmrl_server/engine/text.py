@@ -30,7 +30,7 @@ def _backend(tokenizer: Any) -> Any | None:
     computation: a fast tokenizer whose class keeps transformers' own
     `_encode_plus`/`_decode` and does not split special tokens (encode:
     `backend.encode(text, add_special_tokens=False).ids`; decode without the clean-up
-    pass, which every caller here turns off). `tests/test_text_codec.py` checks both
+    pass, which every caller here turns off). `tests/server/engine/test_text_codec.py` checks both
     against the wrapper token for token.
     """
     try:

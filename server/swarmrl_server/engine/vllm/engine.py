@@ -16,7 +16,7 @@ Logprobs: the server runs with `--logprobs-mode processed_logprobs`, i.e. log_so
 the logits after temperature *and after top-k/top-p masking* (vllm/v1/sample/sampler.py
 and ops/topk_topp_sampler.py: the mask sets logits outside the nucleus to -inf, and the
 logprobs are taken after it). With top_p = 1 that is exactly log_softmax(logits / T), what
-the trainer recomputes (checked to 1e-4 by tests/test_engine_contract.py). With top_p < 1
+the trainer recomputes (checked to 1e-4 by tests/server/engine/test_engine_contract.py). With top_p < 1
 it is the logprob under the renormalised nucleus, which the trainer cannot recompute
 from a plain forward pass: trainable models therefore refuse top_p < 1 (INVALID_ARGUMENT
 on "params.top_p"); non-trainable ones accept it and record those nucleus logprobs.
@@ -44,7 +44,7 @@ fails with UNAVAILABLE (reason INTERNAL, a retry hint; its tokens so far were st
 but no final output follows, so the episode records nothing of it); new
 calls wait until the restarted server serves the latest synced weights and adapters
 (re-applied before it is marked ready), then run on them, stamped with that version.
-Tested against a real `vllm serve` SIGKILLed mid-call (tests/test_vllm_crash.py).
+Tested against a real `vllm serve` SIGKILLed mid-call (tests/server/engine/test_vllm_crash.py).
 
 LoRA (`lora=LoraSlots(...)`, `engine.adapter`): the server runs with `--enable-lora` and
 `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`; a model's adapter version N is written to a NEW

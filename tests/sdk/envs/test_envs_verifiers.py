@@ -1,0 +1,205 @@
+"""verifiers environments trained unchanged through `swarmrl.envs.verifiers`.
+
+verifiers lives in its own venv (``make verifiers-venv``): these tests start a real swarm
+server on the tiny model from this venv and run verifiers' side (``swarmrl train
+verifiers:ID``) in ``.venv-verifiers/bin/python``, on the three packages in
+``tests/sdk/envs/verifiers_envs`` (single-turn, multi-turn with the env playing the user, tools
+over MCP), which know nothing of swarmrl. What they prove, from the server's store:
+
+- every model call a rollout made lands in its own episode and nowhere else (the store's
+  calls, per episode and in total, equal the verifiers traces' calls);
+- a trained episode's reward is the trace's ``Trace.reward``;
+- a multi-turn rollout is one timeline without forks (`merge_calls`, the trainer's merge);
+- evaluation episodes are aborted and never consumed; a trainer step consumes trained ones;
+- 200 episodes through one harness leave at most the runner's concurrency in open
+  connections to the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import REPO, ServerProcess, free_port, wait_until
+from tests.store_support import stored_episodes, trained_episode_ids
+
+VF_PYTHON = REPO / ".venv-verifiers" / "bin" / "python"
+ENVS = REPO / "tests" / "sdk" / "envs" / "verifiers_envs"
+
+TRAIN_OPTIONS = {"batch_rule": "groups", "group_size": "2", "batch_size": "1",
+                 "checkpoint_every": "0", "checkpoint_on_stop": "false", "progress": "false"}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _verifiers_venv() -> None:
+    if VF_PYTHON.exists():
+        return
+    message = "the verifiers venv is missing: run `make verifiers-venv`"
+    if os.environ.get("SWARMRL_REQUIRE_STUB_TOOLCHAINS") == "1":  # under `make test`
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _vf_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ENVS), "HF_HUB_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1"}
+
+
+def _server(tmp_path: Path, model_cache: Path, *extra: str) -> ServerProcess:
+    return ServerProcess(data_dir=tmp_path / "data", cache_dir=model_cache,
+                         http_port=free_port(), extra=["--model", "tiny", *extra]).start()
+
+
+def _swarmrl_train(target: str, env: str, out: Path, *extra: str) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [str(VF_PYTHON), "-m", "swarmrl", "train", f"verifiers:{env}", "--target", target,
+         "--groups", "2", "--group-size", "2", "--concurrency", "4", "--max-tokens", "6",
+         "--eval-limit", "2", "--retries", "0", "--no-progress", "--out", str(out), *extra],
+        cwd=REPO, env=_vf_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+
+
+def test_three_verifiers_envs_train_unchanged(tmp_path: Path, model_cache: Path) -> None:
+    from swarmrl_server.store.records import EpisodeState
+    from swarmrl_server.timelines.merge import merge_calls
+
+    server = _server(tmp_path, model_cache, "--train",
+                     *[a for k, v in TRAIN_OPTIONS.items() for a in ("--train-option", f"{k}={v}")])
+    try:
+        runs = {env: _swarmrl_train(server.target, env, tmp_path / env)
+                for env in ("vf_arith", "vf_guess", "vf_tools")}
+        wait_until(lambda: (tmp_path / "data" / "metrics.jsonl").exists()
+                   and (tmp_path / "data" / "metrics.jsonl").read_text().strip() != "",
+                   120, "a trainer step")
+    finally:
+        server.stop()
+    store = stored_episodes(tmp_path / "data")
+    records = [r for rs in runs.values() for r in rs]
+    assert all(r["error"] == "" for r in records), [r["error"] for r in records if r["error"]]
+    trained = {r["episode_id"] for r in records if r["trained"]}
+    evals = {r["episode_id"] for r in records if r["split"] == "val"}
+    tests = {r["episode_id"] for r in records if r["split"] == "test"}
+    assert len(trained) == 3 * 2 * 2 and len(evals) == 3 * 2 * 2  # val before and after
+    assert tests and not tests & trained  # test once, at the end, never trained
+
+    # Every call in exactly one episode: per episode, and no call anywhere else.
+    for r in records:
+        episode = store[r["episode_id"]]
+        assert episode.num_calls == len(episode.calls) == r["info"]["calls"], r
+        assert r["info"]["untrained_calls"] == 0
+    assert sum(len(e.calls) for e in store.values()) == sum(r["info"]["calls"] for r in records)
+    assert set(store) == {r["episode_id"] for r in records}
+
+    # Trained episodes ended with the trace's reward; evaluation aborted.
+    for r in records:
+        episode = store[r["episode_id"]]
+        if r["trained"]:
+            assert episode.state is EpisodeState.ENDED and episode.reward == r["reward"]
+            assert r["reward"] == r["metrics"].get("reward/correct", r["metrics"].get("reward/won"))
+        else:
+            assert episode.state is EpisodeState.ABORTED and r["split"] in ("val", "test")
+
+    # Multi-turn: the env played the user for up to three turns, one timeline, no fork.
+    guess = [store[r["episode_id"]] for r in runs["vf_guess"]]
+    assert max(len(e.calls) for e in guess) == 3
+    for episode in guess:
+        stats = merge_calls(episode.calls)[1]
+        assert (stats.timelines, stats.forks) == (1, 0), episode.episode_id
+    # The toolset's tool reached the model (named by verifiers' MCP client: server_tool).
+    assert all(r["info"]["tools"] == ["add_toolset_add"] for r in runs["vf_tools"])
+    assert all(r["info"]["tools"] == [] for r in runs["vf_arith"])
+
+    consumed = trained_episode_ids(tmp_path / "data")
+    assert consumed and consumed <= trained and not consumed & (evals | tests)
+
+
+def test_many_episodes_keep_connections_bounded(tmp_path: Path, model_cache: Path) -> None:
+    import psutil
+
+    server = _server(tmp_path, model_cache, "--engine", "echo")
+    proc = None
+    try:
+        proc = subprocess.Popen(
+            [str(VF_PYTHON), str(ENVS / "many_episodes.py"), server.target, "verifiers:vf_arith",
+             "--groups", "50", "--group-size", "4", "--concurrency", "4"],
+            cwd=REPO, env=_vf_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdin is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()[-3000:] if proc.stderr else ""
+        report = json.loads(line)
+        assert report["rollouts"] == 200 and report["groups"] == 50
+        assert report["route"] == "header"  # one client config: the shared URL + the header
+        assert server.proc is not None
+        open_ = [c for c in psutil.Process(server.proc.pid).net_connections("tcp")
+                 if c.laddr.port == server.http_port and c.status == psutil.CONN_ESTABLISHED]
+        assert len(open_) <= 4, f"{len(open_)} connections held open after 200 episodes"
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        server.stop()
+
+
+def test_loading_splits_and_refusals() -> None:
+    """verifiers' side alone (no server): splits by a taskset's own split field or by
+    content hash, deterministic and disjoint; untrainable roles refused without an
+    endpoint; verifiers' retries forced to 0; the uv harnesses swapped for the in-process
+    chat program."""
+    script = r"""
+import json
+from swarmrl.envs import load_environment
+from swarmrl.envs.verifiers import hash_split
+out = {}
+for spec, args in (("vf_arith", {"taskset.num_tasks": 60}), ("vf_guess", {})):
+    env = load_environment("verifiers:" + spec, args)
+    again = load_environment("verifiers:" + spec, args)
+    splits = {s: [i.digest for i in env.items(s)] for s in ("train", "val", "test")}
+    out[spec] = {"sizes": {s: len(v) for s, v in splits.items()},
+                 "same": splits == {s: [i.digest for i in again.items(s)] for s in splits},
+                 "disjoint": len(set().union(*map(set, splits.values())))
+                             == sum(map(len, splits.values())),
+                 "describe": env.describe()}
+try:
+    load_environment("verifiers:user-sim+vf_arith", {})
+except ValueError as err:
+    out["refused"] = str(err)
+env = load_environment("verifiers:user-sim+vf_arith",
+                       {"untrained_base_url": "http://127.0.0.1:9/v1", "untrained_model": "m"})
+out["user"] = {"base_url": env.config.user.client.base_url, "model": env.config.user.model,
+               "assistant_client": env.config.assistant.client}
+out["hash"] = [hash_split(str(i), 0.2, 0.3) for i in range(2000)]
+print(json.dumps(out, default=str))
+"""
+    done = subprocess.run([str(VF_PYTHON), "-c", script], cwd=REPO, env=_vf_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    arith, guess = out["vf_arith"], out["vf_guess"]
+    assert arith["same"] and arith["disjoint"] and sum(arith["sizes"].values()) == 60
+    assert arith["describe"]["split"] == "hash" and min(arith["sizes"].values()) > 0
+    assert guess["sizes"] == {"train": 16, "val": 2, "test": 2} and guess["disjoint"]
+    assert guess["describe"]["split"] == "field:split"
+    config = arith["describe"]["config"]
+    assert config["retries"]["max_retries"] == 0 and config["agent"]["retries"]["max_retries"] == 0
+    assert config["agent"]["harness"]["id"] == "swarmrl_chat"
+    assert config["agent"]["runtime"]["type"] == "subprocess"
+    assert "roles ['user'] must not be trained" in out["refused"]
+    assert out["user"] == {"base_url": "http://127.0.0.1:9/v1", "model": "m",
+                           "assistant_client": None}
+    shares = {s: out["hash"].count(s) / 2000 for s in ("train", "val", "test")}
+    assert abs(shares["test"] - 0.3) < 0.05 and abs(shares["val"] - 0.2) < 0.05
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
