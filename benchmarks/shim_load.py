@@ -13,12 +13,20 @@ p50 latency it adds over the floor and the server's CPU time per call (from /pro
 machine shared with other work, the figure least moved by it), and the ratios of the
 last tree to the first.
 
-The floor: a do-nothing HTTP server (raw asyncio, keep-alive) answering every call
-with a canned chat completion of the same size, driven by the same load generator. No
-tree can beat its calls/s: if a tree comes close, the load generator is the limit.
+The same episodes are also played over gRPC (`--doors http grpc`, the default): 8 turns
+of `EpisodeService.Generate` with chat input and `result_only`, C callers sharing one
+channel (HTTP/2 multiplexes them, as the SDK does), from raw generated stubs so that the
+client's own cost stays small.
+
+The floors: a do-nothing HTTP server (raw asyncio, keep-alive) answering every call
+with a canned chat completion of the same size, and a do-nothing gRPC server answering
+every Generate with a canned result of the same size, each driven by the same load
+generator. No tree can beat its door's floor: if a tree comes close, the load generator
+is the limit.
 
     git worktree add --detach /tmp/bench-main main
     python benchmarks/shim_load.py --trees main=/tmp/bench-main serving=.
+    python benchmarks/shim_load.py --doors grpc --concurrency 1 64
     python benchmarks/shim_load.py --trees serving=. --repeats 1 --profile /tmp/shim.txt
 
 `--profile FILE` runs the last tree once more at the highest concurrency under py-spy
@@ -41,6 +49,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,15 +106,20 @@ class Server:
                 self.proc.wait()
 
 
-async def play_episodes(name: str, target: str, n: int, concurrency: int, pid: int) -> Run:
-    """Opens `n` episodes (each with its own key) through the SDK, plays them, ends them.
-    The SDK's session stays open meanwhile: a closed session aborts its episodes."""
+async def play_episodes(name: str, door: str, target: str, n: int, concurrency: int,
+                        pid: int) -> Run:
+    """Opens `n` episodes (each with its own key) through the SDK, plays them through
+    `door`, ends them. The SDK's session stays open meanwhile: a closed session aborts its
+    episodes."""
     from swarmrl import AsyncSwarmClient
 
     async with AsyncSwarmClient(target) as client:
         eps = [await client.start_episode(task_id="load") for _ in range(n)]
-        run = await play(name, [(e.openai_base_url, e.openai_api_key) for e in eps], concurrency,
-                         pid)
+        if door == "http":
+            run = await play(name, [(e.openai_base_url, e.openai_api_key) for e in eps],
+                             concurrency, pid)
+        else:
+            run = await play_grpc(name, target, [e.id for e in eps], concurrency, pid)
         for e in eps:
             await e.end(reward=0.0)
     return run
@@ -149,14 +163,42 @@ class _Floor(asyncio.Protocol):
                                  b"\r\n\r\n" + CANNED)
 
 
-def serve_floor(port: int) -> None:
-    async def main() -> None:
+def canned_result() -> bytes:
+    """A Generate result the size of the echo engine's: 16 tokens, their logprobs, text."""
+    from swarmrl_proto.v1 import episode_service_pb2 as pb
+    from swarmrl_proto.v1 import types_pb2
+
+    return pb.GenerateResponse(result=pb.GenerateResult(
+        call_id="call-" + "0" * 32, finish_reason=types_pb2.FINISH_REASON_LENGTH,
+        prompt_ids=list(range(120)), completion_ids=list(range(MAX_TOKENS)),
+        logprobs=[-0.5] * MAX_TOKENS, text="x" * 48,
+        message=types_pb2.ChatMessage(role=types_pb2.ROLE_ASSISTANT, content="x" * 48),
+        model="tiny",
+    )).SerializeToString()
+
+
+def serve_floor(port: int, grpc_port: int) -> None:
+    """Both floors in this process: HTTP on `port`, gRPC on `grpc_port`."""
+    import grpc
+
+    async def serve() -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(_Floor, "127.0.0.1", port, backlog=1024)
+        canned = canned_result()
+
+        async def generate(request: bytes, context: object) -> AsyncIterator[bytes]:
+            yield canned  # no (de)serializers: the request is not parsed, the reply is bytes
+
+        rpc = grpc.aio.server()
+        rpc.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+            "swarmrl.v1.EpisodeService",
+            {"Generate": grpc.unary_stream_rpc_method_handler(generate)})])
+        rpc.add_insecure_port(f"127.0.0.1:{grpc_port}")
+        await rpc.start()
         print("floor ready", flush=True)
         await server.serve_forever()
 
-    asyncio.run(main())
+    asyncio.run(serve())
 
 
 # -- the load generator -----------------------------------------------------------------
@@ -173,6 +215,7 @@ def cpu_s(pid: int) -> float:
 @dataclass
 class Run:
     name: str
+    door: str
     concurrency: int
     calls: int
     wall_s: float
@@ -223,7 +266,47 @@ async def play(name: str, episodes: list[tuple[str, str]], concurrency: int,
         t0, cpu0 = time.perf_counter(), cpu_s(pid)
         await asyncio.gather(*(caller(w) for w in range(concurrency)))
         wall, cpu = time.perf_counter() - t0, cpu_s(pid) - cpu0
-    return Run(name, concurrency, len(latencies), wall, latencies, cpu)
+    return Run(name, "http", concurrency, len(latencies), wall, latencies, cpu)
+
+
+async def play_grpc(name: str, target: str, episode_ids: list[str], concurrency: int,
+                    pid: int = 0) -> Run:
+    """C callers on one channel; caller w plays episodes w, w + C, ... (8 turns each) back to
+    back, each turn one Generate (chat input, result_only) whose reply goes into the
+    history."""
+    import grpc
+
+    from swarmrl_proto.v1 import episode_service_pb2 as pb
+    from swarmrl_proto.v1 import episode_service_pb2_grpc as pb_grpc
+    from swarmrl_proto.v1 import types_pb2
+
+    latencies: list[float] = []
+    sampling = types_pb2.SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+
+    def user(text: str) -> types_pb2.ChatMessage:
+        return types_pb2.ChatMessage(role=types_pb2.ROLE_USER, content=text)
+
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.EpisodeServiceStub(channel)
+
+        async def caller(w: int) -> None:
+            for episode_id in episode_ids[w::concurrency]:
+                messages = [user(f"Tell me about {uuid.uuid4().hex[:8]}.")]
+                for turn in range(TURNS):
+                    request = pb.GenerateRequest(
+                        episode_id=episode_id, chat=pb.ChatInput(messages=messages),
+                        sampling=sampling, request_id=uuid.uuid4().hex, result_only=True)
+                    t0 = time.perf_counter()
+                    replies = [r async for r in stub.Generate(request)]
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                    if len(replies) != 1 or not replies[0].HasField("result"):
+                        raise RuntimeError(f"{name}: expected one result, got {replies}")
+                    messages += [replies[0].result.message, user(f"And turn {turn + 2}?")]
+
+        t0, cpu0 = time.perf_counter(), cpu_s(pid)
+        await asyncio.gather(*(caller(w) for w in range(concurrency)))
+        wall, cpu = time.perf_counter() - t0, cpu_s(pid) - cpu0
+    return Run(name, "grpc", concurrency, len(latencies), wall, latencies, cpu)
 
 
 def episodes_for(concurrency: int, min_calls: int) -> int:
@@ -267,48 +350,57 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trees", nargs="+", default=[f"this={REPO}"],
                    help="NAME=PATH of each source tree (the first is the baseline)")
+    p.add_argument("--doors", nargs="+", choices=["http", "grpc"], default=["http", "grpc"])
     p.add_argument("--concurrency", nargs="+", type=int, default=[1, 256])
     p.add_argument("--repeats", type=int, default=2, help="alternations of the trees")
     p.add_argument("--min-calls", type=int, default=128, help="calls per run at least")
     p.add_argument("--cache-dir", default=os.environ.get(
         "SWARMRL_CACHE", str(Path.home() / ".cache/swarmrl")))
-    p.add_argument("--profile", default="", help="py-spy raw stacks of the last tree to FILE")
-    p.add_argument("--floor-serve", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--profile", default="",
+                   help="py-spy raw stacks of the last tree's first door to FILE")
+    p.add_argument("--floor-serve", type=int, nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.floor_serve:
-        serve_floor(args.floor_serve)
+        serve_floor(*args.floor_serve)
         return
     trees = [(name, Path(path).resolve()) for name, _, path in
              (t.partition("=") for t in args.trees)]
-    floor_port = free_port()
-    floor = subprocess.Popen([sys.executable, __file__, "--floor-serve", str(floor_port)],
-                             stdout=subprocess.PIPE, text=True)
+    floor_port, floor_grpc = free_port(), free_port()
+    floor = subprocess.Popen([sys.executable, __file__, "--floor-serve", str(floor_port),
+                              str(floor_grpc)], stdout=subprocess.PIPE, text=True)
     assert floor.stdout is not None and floor.stdout.readline().strip() == "floor ready"
     runs: list[Run] = []
-    print(f"{os.cpu_count()} cores; {TURNS}-turn episodes, max_tokens {MAX_TOKENS}, "
-          "keep-alive aiohttp pool, echo engine")
-    print(f"{'run':<11} {'conc.':>5} {'calls':>6} {'calls/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'cpu ms/call':>11}")
+    print(f"{os.cpu_count()} cores; {TURNS}-turn episodes, max_tokens {MAX_TOKENS}, echo engine; "
+          "http: a keep-alive aiohttp pool; grpc: one channel, raw stubs")
+    print(f"{'run':<11} {'door':<4} {'conc.':>5} {'calls':>6} {'calls/s':>9} {'p50 ms':>8} "
+          f"{'p99 ms':>8} {'cpu ms/call':>11}")
 
     def show(run: Run) -> None:
         runs.append(run)
-        print(f"{run.name:<11} {run.concurrency:>5} {run.calls:>6} {run.calls_per_s:>9.1f} "
-              f"{run.p50_ms:>8.2f} {run.p99_ms:>8.2f} {run.cpu_ms_per_call:>11.2f}", flush=True)
+        print(f"{run.name:<11} {run.door:<4} {run.concurrency:>5} {run.calls:>6} "
+              f"{run.calls_per_s:>9.1f} {run.p50_ms:>8.2f} {run.p99_ms:>8.2f} "
+              f"{run.cpu_ms_per_call:>11.2f}", flush=True)
+
+    def play_floor(door: str, c: int) -> Run:
+        n = episodes_for(c, args.min_calls)
+        if door == "http":
+            return asyncio.run(play("floor", [(f"http://127.0.0.1:{floor_port}/v1", "sk")] * n, c))
+        return asyncio.run(play_grpc("floor", f"127.0.0.1:{floor_grpc}", ["ep"] * n, c))
 
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for r in range(args.repeats):
-                for c in args.concurrency:
-                    n = episodes_for(c, args.min_calls)
-                    fake = [(f"http://127.0.0.1:{floor_port}/v1", "sk-floor")] * n
-                    show(asyncio.run(play("floor", fake, c)))
+                for door in args.doors:
+                    for c in args.concurrency:
+                        show(play_floor(door, c))
                 for name, tree in trees:
                     server = Server(tree, args.cache_dir, Path(tmp) / f"{name}-{r}" / "data")
                     try:
-                        for c in args.concurrency:
-                            show(asyncio.run(play_episodes(
-                                name, f"127.0.0.1:{server.port}", episodes_for(c, args.min_calls),
-                                c, server.proc.pid)))
+                        for door in args.doors:
+                            for c in args.concurrency:
+                                show(asyncio.run(play_episodes(
+                                    name, door, f"127.0.0.1:{server.port}",
+                                    episodes_for(c, args.min_calls), c, server.proc.pid)))
                     finally:
                         server.stop()
             if args.profile:
@@ -323,7 +415,7 @@ def main() -> None:
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.0)
                     show(asyncio.run(play_episodes(
-                        f"{name}+spy", f"127.0.0.1:{server.port}",
+                        f"{name}+spy", args.doors[0], f"127.0.0.1:{server.port}",
                         episodes_for(c, args.min_calls), c, server.proc.pid)))
                     spy.send_signal(signal.SIGINT)
                     spy.wait(timeout=120)
@@ -332,37 +424,44 @@ def main() -> None:
     finally:
         floor.kill()
         floor.wait()
-    print_summary(runs, [name for name, _ in trees], args.concurrency)
+    print_summary(runs, [name for name, _ in trees], args.doors, args.concurrency)
     if args.profile and Path(args.profile).exists():
         summarize_profile(Path(args.profile))
 
 
-def print_summary(runs: list[Run], names: list[str], levels: list[int]) -> None:
-    def median(name: str, c: int, key: str) -> float:
+def print_summary(runs: list[Run], names: list[str], doors: list[str],
+                  levels: list[int]) -> None:
+    def median(name: str, door: str, c: int, key: str) -> float:
         return statistics.median(getattr(r, key) for r in runs
-                                 if r.name == name and r.concurrency == c)
+                                 if r.name == name and r.door == door and r.concurrency == c)
 
-    print("\nmedians over the repeats (added p50: over the floor's p50 at the same concurrency)")
-    print(f"{'tree':<10} {'conc.':>5} {'calls/s':>9} {'floor %':>8} {'added p50 ms':>13} "
-          f"{'cpu ms/call':>12}")
-    for c in levels:
-        floor_rate, floor_p50 = median("floor", c, "calls_per_s"), median("floor", c, "p50_ms")
-        for name in names:
-            rate = median(name, c, "calls_per_s")
-            print(f"{name:<10} {c:>5} {rate:>9.1f} {100 * rate / floor_rate:>7.1f}% "
-                  f"{median(name, c, 'p50_ms') - floor_p50:>13.2f} "
-                  f"{median(name, c, 'cpu_ms_per_call'):>12.2f}")
+    print("\nmedians over the repeats (added p50: over the floor's p50 at the same door and "
+          "concurrency)")
+    print(f"{'tree':<10} {'door':<4} {'conc.':>5} {'calls/s':>9} {'floor %':>8} "
+          f"{'added p50 ms':>13} {'cpu ms/call':>12}")
+    for door in doors:
+        for c in levels:
+            floor_rate = median("floor", door, c, "calls_per_s")
+            floor_p50 = median("floor", door, c, "p50_ms")
+            for name in names:
+                rate = median(name, door, c, "calls_per_s")
+                print(f"{name:<10} {door:<4} {c:>5} {rate:>9.1f} {100 * rate / floor_rate:>7.1f}% "
+                      f"{median(name, door, c, 'p50_ms') - floor_p50:>13.2f} "
+                      f"{median(name, door, c, 'cpu_ms_per_call'):>12.2f}")
     if len(names) > 1:
         base, new = names[0], names[-1]
         print(f"\nratios {new} / {base}:")
-        for c in levels:
-            floor_p50 = median("floor", c, "p50_ms")
-            rate = median(new, c, "calls_per_s") / median(base, c, "calls_per_s")
-            added = (median(new, c, "p50_ms") - floor_p50) / \
-                (median(base, c, "p50_ms") - floor_p50)
-            cpu = median(new, c, "cpu_ms_per_call") / median(base, c, "cpu_ms_per_call")
-            print(f"  c={c:<4} calls/s x{rate:.3f}   added p50 latency x{added:.3f}   "
-                  f"server cpu per call x{cpu:.3f}")
+        for door in doors:
+            for c in levels:
+                floor_p50 = median("floor", door, c, "p50_ms")
+                rate = (median(new, door, c, "calls_per_s")
+                        / median(base, door, c, "calls_per_s"))
+                added = ((median(new, door, c, "p50_ms") - floor_p50)
+                         / (median(base, door, c, "p50_ms") - floor_p50))
+                cpu = (median(new, door, c, "cpu_ms_per_call")
+                       / median(base, door, c, "cpu_ms_per_call"))
+                print(f"  {door:<4} c={c:<4} calls/s x{rate:.3f}   added p50 latency "
+                      f"x{added:.3f}   server cpu per call x{cpu:.3f}")
 
 
 if __name__ == "__main__":
