@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -32,8 +32,10 @@ import swarmrl
 from swarmrl.envs import Item, Runner, RunnerConfig, load_environment
 from swarmrl.envs.openenv import Hooks, OpenEnv, Step
 from tests.helpers import REPO
-from tests.openenv_support import WeatherDesk
 from tests.store_support import stored_episodes, trained_episode_ids
+
+if TYPE_CHECKING:
+    from tests.openenv_support import WeatherDesk
 
 
 @pytest.mark.slow
@@ -91,13 +93,22 @@ def test_an_openenv_game_trains_under_swarmrl_train(tmp_path: Path, model_cache:
 
 
 @pytest.fixture
-def desk_server() -> Iterator[str]:
+def desk() -> type[WeatherDesk]:
+    """The tool environment, its record of calls emptied. (Imported here, not at the top:
+    OpenEnv and its MCP server take seconds to import, paid only where they are used.)"""
+    from tests.openenv_support import WeatherDesk
+
+    return WeatherDesk
+
+
+@pytest.fixture
+def desk_server(desk: type[WeatherDesk]) -> Iterator[str]:
     """WeatherDesk served as its author would run it: OpenEnv's create_app under uvicorn."""
     import uvicorn
     from openenv.core.env_server.http_server import create_app
     from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 
-    app = create_app(WeatherDesk, CallToolAction, CallToolObservation, env_name="desk")
+    app = create_app(desk, CallToolAction, CallToolObservation, env_name="desk")
     # log_config=None: uvicorn's default dictConfig stops the "uvicorn" loggers from
     # propagating, process-wide, which later tests that read the root's lines would see.
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None))
@@ -124,14 +135,13 @@ async def _play(http_server: Any, env: OpenEnv, groups: int, group_size: int) ->
     return records
 
 
-async def test_tool_calls_reach_the_tool_and_results_come_back(http_server: Any,
-                                                               desk_server: str) -> None:
+async def test_tool_calls_reach_the_tool_and_results_come_back(
+        http_server: Any, desk: type[WeatherDesk], desk_server: str) -> None:
     """A running MCP server; every turn a call of get_weather (forced: the random tiny
     model calls no tool by itself)."""
     from swarmrl_server.timelines.merge import merge_calls
     from tests.store_support import stored_calls
 
-    WeatherDesk.calls.clear()
     env = load_environment(f"openenv:{desk_server}", {
         "max_steps": 3, "train": 2, "tool_choice": {
             "type": "function", "function": {"name": "get_weather"}}})
@@ -144,7 +154,7 @@ async def test_tool_calls_reach_the_tool_and_results_come_back(http_server: Any,
         assert r.trained and r.metrics["tool_calls"] == r.metrics["turns"] == 3
         assert r.info["ended_by"] == "max_steps" and r.reward == 0.0
         calls = await stored_calls(http_server, r.episode_id)
-        received = [c for c in WeatherDesk.calls if c["episode_id"] == r.episode_id]
+        received = [c for c in desk.calls if c["episode_id"] == r.episode_id]
         assert len(calls) == len(received) == 3
         for i, (call, tool) in enumerate(zip(calls, received)):
             # The model's call (in its completion) is what the tool received...
@@ -157,10 +167,10 @@ async def test_tool_calls_reach_the_tool_and_results_come_back(http_server: Any,
         assert len(timelines) == 1 and stats.forks == 0
 
 
-async def test_a_tool_environments_submit_reward_is_the_episodes(http_server: Any) -> None:
+async def test_a_tool_environments_submit_reward_is_the_episodes(
+        http_server: Any, desk: type[WeatherDesk]) -> None:
     """The adapter serves the class itself; one session at a time (the class does not
     declare concurrent sessions), so a group's rollouts wait their turn."""
-    WeatherDesk.calls.clear()
     env = load_environment("openenv:tests.openenv_support:WeatherDesk", {
         "max_steps": 2, "train": 3, "success_at": 1.0, "tool_choice": {
             "type": "function", "function": {"name": "submit"}}})
@@ -168,17 +178,16 @@ async def test_a_tool_environments_submit_reward_is_the_episodes(http_server: An
     records = await _play(http_server, env, groups=3, group_size=2)
     assert env.max_sessions == 1 and len(records) == 6
     for r in records:
-        (submitted,) = [c for c in WeatherDesk.calls if c["episode_id"] == r.episode_id]
+        (submitted,) = [c for c in desk.calls if c["episode_id"] == r.episode_id]
         right = submitted["arguments"]["city"] == submitted["result"]
         assert r.reward == float(right) and r.success is right
         assert r.info["ended_by"] == "done" and r.metrics["turns"] == 1
 
 
 async def test_an_end_tool_ends_the_rollout_and_state_gives_the_reward(
-        http_server: Any) -> None:
+        http_server: Any, desk: type[WeatherDesk]) -> None:
     """For tool environments that set no reward on tool results: ``end_tool`` ends the
     rollout, ``reward=state:KEY`` reads the environment's state when it has."""
-    WeatherDesk.calls.clear()
     env = load_environment("openenv:tests.openenv_support:WeatherDesk", {
         "max_steps": 3, "train": 1, "end_tool": "get_weather", "reward": "state:step_count",
         "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})
