@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import multiprocessing
+import multiprocessing.util  # its exit hook (joins children) registered before ours
 import os
 import signal
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -62,20 +66,113 @@ def need(ok: bool, what: str) -> None:
     pytest.skip(message)
 
 
+class ChildProcess(Protocol):
+    """What the tests use of a server's process: a `subprocess.Popen`, or a `ForkedProcess`."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+
+_FORKED: weakref.WeakSet[ForkedProcess] = weakref.WeakSet()
+
+
+@atexit.register  # registered after multiprocessing's own exit hook, so it runs first
+def _kill_leftovers() -> None:
+    for proc in list(_FORKED):
+        proc.send_signal(signal.SIGKILL)
+
+
+class ForkedProcess:
+    """A child of the forkserver, with the `subprocess.Popen` methods the tests use (its
+    exit status comes back through multiprocessing: it is the forkserver's child, not
+    ours)."""
+
+    def __init__(self, target: Callable[..., None], flags: list[str], log_path: Path) -> None:
+        # Not a daemon (a daemon may not start processes, and a server may), so
+        # multiprocessing joins it when the worker exits: `_kill_leftovers` first kills
+        # any a failed test left running, as a spawned server would be left to die.
+        self._process = _forkserver().Process(target=target, args=(flags, str(log_path),
+                                                                  str(REPO)), daemon=False)
+        self._process.start()
+        _FORKED.add(self)
+
+    @property
+    def pid(self) -> int:
+        assert self._process.pid is not None
+        return self._process.pid
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired("forked server", timeout or 0)
+        return self._process.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._process.exitcode is None:
+            os.kill(self.pid, sig)
+
+
+SERVER_MODULES = ("swarmrl_server.cli", "swarmrl_server.app", "swarmrl_server.engine.hf.engine",
+                  "swarmrl_server.trainer.trainer", "transformers.models.llama.modeling_llama")
+"""What a forked server finds imported (torch, transformers, the server): the ~10 s of CPU
+a `python -m swarmrl_server.cli` spends importing before it reads its flags."""
+
+
+def _forkserver() -> Any:
+    """The worker's multiprocessing forkserver, with the server's modules preloaded: its
+    children start as `swarmrl serve` would after its imports. Nothing runs in it but
+    imports: no thread, no event loop, no gRPC channel (what a fork must not copy)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(SERVER_MODULES))
+    return ctx
+
+
+def _serve_forked(argv: list[str], log_path: str, cwd: str) -> None:
+    """A forked child: stdout and stderr to the log (line-buffered, as PYTHONUNBUFFERED
+    gives the spawned server), then the server's own entry point."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 (the process's own)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    os.chdir(cwd)
+    from swarmrl_server.cli import main
+
+    main(argv)
+
+
 class ServerProcess:
-    """`swarmrl serve` in a child process, killable with SIGKILL and restartable on its port."""
+    """`swarmrl serve` in a child process, killable with SIGKILL and restartable on its port.
+
+    The child is forked from a forkserver that has already imported the server
+    (`SERVER_MODULES`) and then runs `swarmrl_server.cli.main` with the flags, as
+    `python -m swarmrl_server.cli` does after its imports: the same code from the flags
+    on, without ~10 s of imports per launch (tests kill and restart servers dozens of
+    times). A test that wraps the server in another program (`command`) gets that
+    program as a plain child process.
+    """
 
     def __init__(self, *, data_dir: Path, cache_dir: Path, port: int | None = None,
                  http_port: int = -1, extra: list[str] | None = None,
                  command: list[str] | None = None) -> None:
         self.port = port or free_port()
         # What runs the server: `swarmrl serve` unless a test wraps it (tests/crash_server.py).
-        self.command = command or [sys.executable, "-m", "swarmrl_server.cli"]
+        self.command = command
         self.http_port = http_port
         self.data_dir = data_dir
         self.cache_dir = cache_dir
         self.extra = extra or []
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: ChildProcess | None = None
         self.log_path = data_dir.parent / f"server-{self.port}.log"
 
     @property
@@ -84,21 +181,26 @@ class ServerProcess:
 
     def start(self, timeout: float = 120.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [*self.command, "--port", str(self.port),
-               "--http-port", str(self.http_port), "--data-dir", str(self.data_dir),
-               "--cache-dir", str(self.cache_dir), *self.extra]
+        flags = ["--port", str(self.port), "--http-port", str(self.http_port),
+                 "--data-dir", str(self.data_dir), "--cache-dir", str(self.cache_dir),
+                 *self.extra]
         # Only output after this launch counts: a restart appends to the same log. The
         # offset is in bytes, so the log is read as bytes (text indices drift after any
         # non-ASCII output).
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        log = open(self.log_path, "a")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                     cwd=REPO, env=env)
+        if self.command is None:
+            self.log_path.touch()  # read below before the child opens it
+            self.proc = ForkedProcess(_serve_forked, flags, self.log_path)
+        else:
+            log = open(self.log_path, "a")  # noqa: SIM115 (the child's, closed with it)
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            self.proc = subprocess.Popen([*self.command, *flags], stdout=log,
+                                         stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
+        proc = self.proc
         marker = f"serving gRPC on 127.0.0.1:{self.port}"
         wait_until(lambda: marker.encode() in self.log_path.read_bytes()[offset:]
-                   or self.proc.poll() is not None, timeout, "the server to start")
-        if self.proc.poll() is not None:
+                   or proc.poll() is not None, timeout, "the server to start")
+        if proc.poll() is not None:
             raise RuntimeError(f"server exited early:\n{self.log_path.read_text()[-4000:]}")
         return self
 
