@@ -70,8 +70,8 @@ class _Scripted:
         return SimpleNamespace(choices=[SimpleNamespace(message=message)])
 
 
-def test_the_progress_reward_pays_for_the_share_of_the_quest_done(tmp_path: Path) -> None:
-    game = make_games(2, [1], tmp_path)[0]  # a two-command quest, scored 0/1 until the win
+def test_the_progress_reward_pays_for_the_share_of_the_quest_done(textworld_games: Path) -> None:
+    game = make_games(2, [1], textworld_games)[0]  # a two-command quest, scored 0/1 until the win
     env = open_game(game, 4)
     walkthrough = env.reset()[1]["policy_commands"]
     env.close()
@@ -88,8 +88,8 @@ def test_the_progress_reward_pays_for_the_share_of_the_quest_done(tmp_path: Path
     assert none.progress == 0.0 and none.reward == 0.0
 
 
-def test_policies_without_a_model_give_the_chance_rate(tmp_path: Path) -> None:
-    games = make_games(1, [TEST_SEED_BASE + 1, TEST_SEED_BASE + 2], tmp_path)
+def test_policies_without_a_model_give_the_chance_rate(textworld_games: Path) -> None:
+    games = make_games(1, [TEST_SEED_BASE + 1, TEST_SEED_BASE + 2], textworld_games)
     assert not any(wins(g, lambda commands: "look", max_steps=4) for g in games)
     chance = rates(games, max_steps=4, trials=3)
     assert (chance["random"][1], chance["first"][1]) == (6, 2)
@@ -114,10 +114,10 @@ def test_held_out_games_are_told_apart_by_content_not_by_name(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_swarmrl_train_merges_turns_and_never_trains_the_eval(tmp_path: Path,
-                                                             model_cache: Path) -> None:
+def test_swarmrl_train_merges_turns_and_never_trains_the_eval(
+        tmp_path: Path, model_cache: Path, textworld_games: Path) -> None:
     out = tmp_path / "run"
-    games = str(tmp_path / "games")
+    games = str(textworld_games)
     proc = subprocess.run(
         [sys.executable, "-m", "swarmrl", "train", "examples.textworld.env:TextWorld",
          "--env-arg", "level=1", "--env-arg", "train_games=1", "--env-arg", "val_games=1",
@@ -156,7 +156,7 @@ def test_swarmrl_train_merges_turns_and_never_trains_the_eval(tmp_path: Path,
     try:
         card = json.loads((out / "card.json").read_text())  # the run's record
         assert card["env"]["describe"]["level"] == 1
-        z8 = next((tmp_path / "games" / "level1").glob("seed1.z8"))
+        z8 = next((textworld_games / "level1").glob("seed1.z8"))
         done = subprocess.run(
             [sys.executable, "-m", "swarmrl._run", "--target", server.target, "--task-id",
              f"textworld/{z8.stem}", "--", sys.executable, "-m", "examples.textworld.agent",

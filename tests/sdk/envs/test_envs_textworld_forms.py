@@ -76,7 +76,7 @@ def _no_verifiers_venv() -> None:
 
 @pytest.mark.slow
 async def test_textworld_plays_alike_natively_through_openenv_and_verifiers(
-        http_server: Any, tmp_path: Path) -> None:
+        http_server: Any, textworld_games: Path) -> None:
     """The same TextWorld game, greedy: native, OpenEnv and verifiers forms record the same
     tokens, call for call, and earn the same reward and success. (Without the verifiers
     venv, native and OpenEnv are still compared before the test skips.)"""
@@ -84,7 +84,7 @@ async def test_textworld_plays_alike_natively_through_openenv_and_verifiers(
     from examples.textworld.openenv_env import TextWorldOpenEnv
     from tests.store_support import stored_calls
 
-    game = {"level": 1, "val_games": 1, "max_steps": 3, "games_dir": str(tmp_path / "games")}
+    game = {"level": 1, "val_games": 1, "max_steps": 3, "games_dir": str(textworld_games)}
     config = RunnerConfig(progress=False, eval_sampling=swarmrl.SamplingParams(**GREEDY))
     played = {}
     async with swarmrl.AsyncSwarmClient(http_server.grpc_target) as client:

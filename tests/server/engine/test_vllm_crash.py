@@ -7,8 +7,10 @@ Each test launches its own server (twice: start and restart), ~2-3 min on CPU.""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -46,14 +48,9 @@ async def test_a_killed_vllm_serve_restarts_with_the_latest_weights(
         await served_exactly(engine, model)
         first = server.proc
         assert first is not None
-        call = engine.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=LONG, seed=1,
-                                                      stop_token_ids=()))
-        assert isinstance(await anext(call), GenerationChunk)  # in flight
-        os.killpg(first.pid, signal.SIGKILL)  # the API server and its engine core
-        with pytest.raises(SwarmError) as err:
-            async for _ in call:
-                pass
-        assert err.value.code == Code.UNAVAILABLE and err.value.retry_after_s
+        err = await killed_in_flight(server, engine.generate(PROMPT, SamplingParams(
+            temperature=1.0, max_tokens=LONG, seed=1, stop_token_ids=())))
+        assert err.code == Code.UNAVAILABLE and err.retry_after_s
 
         def restarted() -> None:
             assert server.restarts == 1 and server.proc is not first and server.ready.is_set()
@@ -65,6 +62,36 @@ async def test_a_killed_vllm_serve_restarts_with_the_latest_weights(
     finally:
         await engine.stop()
     assert server.proc is not None and server.proc.poll() is not None
+
+
+async def killed_in_flight(server: LaunchedServer,
+                           call: AsyncIterator[GenerationChunk | GenerationOutput]) -> SwarmError:
+    """SIGKILLs `server` (its API server and engine core) while `call` is in flight on it;
+    returns the error the call ends with.
+
+    The call cannot finish before the kill: the server is frozen first (vLLM's
+    `/pause?mode=keep`: a request is queued and generates nothing until a resume, which
+    never comes), the call is sent, and the kill lands once the server holds it. (Killed
+    after its first chunk instead, a call of ~1,000 tokens could be streamed to its end
+    while a loaded machine kept the test from reading that chunk: it then ended normally.)
+    Without the kill the call never ends (the test times out)."""
+    assert server.proc is not None
+    assert (await server.client.post("/pause", params={"mode": "keep"})).status_code == 200
+
+    async def run() -> None:
+        async for _ in call:
+            pass
+
+    task = asyncio.ensure_future(run())
+
+    async def held() -> None:
+        assert not task.done() and await server.inflight() == 1
+
+    await assert_eventually(held, timeout=60)
+    os.killpg(server.proc.pid, signal.SIGKILL)  # the API server and its engine core
+    with pytest.raises(SwarmError) as err:
+        await task
+    return err.value
 
 
 async def served_exactly(engine: Engine, model: torch.nn.Module) -> GenerationOutput:
@@ -105,14 +132,9 @@ async def test_a_killed_lora_vllm_serve_restarts_with_the_latest_adapter(
         await view.update_weights(adapter, 3)
         first = server.proc
         assert first is not None
-        call = view.generate(PROMPT, SamplingParams(temperature=1.0, max_tokens=LONG, seed=1,
-                                                    stop_token_ids=()))
-        assert isinstance(await anext(call), GenerationChunk)  # in flight
-        os.killpg(first.pid, signal.SIGKILL)
-        with pytest.raises(SwarmError) as err:
-            async for _ in call:
-                pass
-        assert err.value.code == Code.UNAVAILABLE
+        err = await killed_in_flight(server, view.generate(PROMPT, SamplingParams(
+            temperature=1.0, max_tokens=LONG, seed=1, stop_token_ids=())))
+        assert err.code == Code.UNAVAILABLE
 
         def restarted() -> None:
             assert server.restarts == 1 and server.proc is not first and server.ready.is_set()
