@@ -45,6 +45,9 @@ class Hold:
         """Hold once at least this many tokens have passed."""
         self.passed = 0
         """Tokens passed before the hold (>= `tokens` once held)."""
+        self.opened = asyncio.Event()
+        """Set when the stream's response began (its headers arrived: the server took the
+        call)."""
         self.held = asyncio.Event()
         """Set when the stream stops passing bytes."""
         self._release = asyncio.Event()
@@ -145,6 +148,8 @@ class _HoldingTransport(httpx.AsyncBaseTransport):
         if request.url.path != COMPLETIONS or self._hold._claimed:
             return response
         self._hold._claimed = True
+        self._hold.log("opened")
+        self._hold.opened.set()
         assert isinstance(response.stream, httpx.AsyncByteStream)
         return httpx.Response(response.status_code, headers=response.headers,
                               stream=_HeldStream(response.stream, self._hold),

@@ -22,6 +22,7 @@ from swarmrl_server.engine.vllm.server import LaunchedServer
 from swarmrl_server.errors import Code, SwarmError
 from tests.engine_fixtures import LONG_CONTEXT, VLLM_PYTHON, random_adapters
 from tests.helpers import assert_eventually
+from tests.vllm_support import hold_calls
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(600)]  # two launches each
 PROMPT = [5, 6, 7, 8, 9, 10]
@@ -69,13 +70,15 @@ async def killed_in_flight(server: LaunchedServer,
     """SIGKILLs `server` (its API server and engine core) while `call` is in flight on it;
     returns the error the call ends with.
 
-    The call cannot finish before the kill: the server is frozen first (vLLM's
+    The call cannot end before the kill: the server is frozen first (vLLM's
     `/pause?mode=keep`: a request is queued and generates nothing until a resume, which
-    never comes), the call is sent, and the kill lands once the server holds it. (Killed
-    after its first chunk instead, a call of ~1,000 tokens could be streamed to its end
-    while a loaded machine kept the test from reading that chunk: it then ended normally.)
-    Without the kill the call never ends (the test times out)."""
+    never comes), then the call is sent, and the kill lands once the server has begun its
+    response (tests/vllm_support.py's hold sees the stream open). (Killed after its first
+    chunk instead, a call of ~1,000 tokens was once streamed to its end while a loaded
+    machine kept the test from reading that chunk: it ended normally.) Without the kill
+    the call never ends, and the test times out."""
     assert server.proc is not None
+    hold = await hold_calls(server, tokens=1)  # only to see the stream open
     assert (await server.client.post("/pause", params={"mode": "keep"})).status_code == 200
 
     async def run() -> None:
@@ -83,14 +86,13 @@ async def killed_in_flight(server: LaunchedServer,
             pass
 
     task = asyncio.ensure_future(run())
-
-    async def held() -> None:
-        assert not task.done() and await server.inflight() == 1
-
-    await assert_eventually(held, timeout=60)
+    async with asyncio.timeout(60):
+        await hold.opened.wait()
+    assert not task.done() and hold.passed == 0
     os.killpg(server.proc.pid, signal.SIGKILL)  # the API server and its engine core
     with pytest.raises(SwarmError) as err:
         await task
+    hold.release()
     return err.value
 
 
