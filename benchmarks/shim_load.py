@@ -353,7 +353,9 @@ def main() -> None:
     p.add_argument("--doors", nargs="+", choices=["http", "grpc"], default=["http", "grpc"])
     p.add_argument("--concurrency", nargs="+", type=int, default=[1, 256])
     p.add_argument("--repeats", type=int, default=2, help="alternations of the trees")
-    p.add_argument("--min-calls", type=int, default=128, help="calls per run at least")
+    p.add_argument("--min-calls", type=int, default=1024,
+                   help="calls per run at least (enough that a server's one-time costs, "
+                   "such as its first call's lazy imports, do not show as a cost per call)")
     p.add_argument("--cache-dir", default=os.environ.get(
         "SWARMRL_CACHE", str(Path.home() / ".cache/swarmrl")))
     p.add_argument("--profile", default="",
