@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,6 +239,16 @@ class Run:
         return statistics.quantiles(self.latencies_ms, n=100)[98]
 
 
+async def timed(name: str, door: str, concurrency: int,
+                caller: Callable[[int], Awaitable[None]], latencies: list[float],
+                pid: int) -> Run:
+    """Runs callers 0..C-1 at once; their wall time and the server's CPU time meanwhile."""
+    t0, cpu0 = time.perf_counter(), cpu_s(pid)
+    await asyncio.gather(*(caller(w) for w in range(concurrency)))
+    wall, cpu = time.perf_counter() - t0, cpu_s(pid) - cpu0
+    return Run(name, door, concurrency, len(latencies), wall, latencies, cpu)
+
+
 async def play(name: str, episodes: list[tuple[str, str]], concurrency: int,
                pid: int = 0) -> Run:
     """C callers; caller w plays episodes w, w + C, ... (8 turns each) back to back."""
@@ -263,10 +273,7 @@ async def play(name: str, episodes: list[tuple[str, str]], concurrency: int,
                     messages += [reply["choices"][0]["message"],
                                  {"role": "user", "content": f"And turn {turn + 2}?"}]
 
-        t0, cpu0 = time.perf_counter(), cpu_s(pid)
-        await asyncio.gather(*(caller(w) for w in range(concurrency)))
-        wall, cpu = time.perf_counter() - t0, cpu_s(pid) - cpu0
-    return Run(name, "http", concurrency, len(latencies), wall, latencies, cpu)
+        return await timed(name, "http", concurrency, caller, latencies, pid)
 
 
 async def play_grpc(name: str, target: str, episode_ids: list[str], concurrency: int,
@@ -303,10 +310,7 @@ async def play_grpc(name: str, target: str, episode_ids: list[str], concurrency:
                         raise RuntimeError(f"{name}: expected one result, got {replies}")
                     messages += [replies[0].result.message, user(f"And turn {turn + 2}?")]
 
-        t0, cpu0 = time.perf_counter(), cpu_s(pid)
-        await asyncio.gather(*(caller(w) for w in range(concurrency)))
-        wall, cpu = time.perf_counter() - t0, cpu_s(pid) - cpu0
-    return Run(name, "grpc", concurrency, len(latencies), wall, latencies, cpu)
+        return await timed(name, "grpc", concurrency, caller, latencies, pid)
 
 
 def episodes_for(concurrency: int, min_calls: int) -> int:

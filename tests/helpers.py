@@ -127,7 +127,7 @@ SERVER_MODULES = ("swarmrl_server.cli", "swarmrl_server.app", "swarmrl_server.en
 a `python -m swarmrl_server.cli` spends importing before it reads its flags."""
 
 
-def _forkserver() -> Any:
+def _forkserver() -> multiprocessing.context.ForkServerContext:
     """The worker's multiprocessing forkserver, with the server's modules preloaded: its
     children start as `swarmrl serve` would after its imports. Nothing runs in it but
     imports: no thread, no event loop, no gRPC channel (what a fork must not copy)."""
