@@ -125,10 +125,12 @@ def render_markdown(card: Mapping[str, Any]) -> str:
              f"- git: {card.get('git', {}).get('commit', '?')}"
              + (" (with local changes)" if card.get("git", {}).get("dirty") else ""),
              f"- packages: {', '.join(f'{k} {v}' for k, v in card['packages'].items())}",
-             "", "| evaluation | split | policy version | figure | checkpoint |",
-             "| --- | --- | --- | --- | --- |"]
+             "", "| evaluation | split | policy version | trained (min) | figure | checkpoint |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for e in card.get("evals", []):
+        trained = e.get("train_seconds")
         lines.append(f"| {e['name']} | {e['split']} | {e.get('pinned_version')} | "
+                     f"{'' if trained is None else f'{trained / 60:.1f}'} | "
                      f"{_figure(e.get('figures'))} | {e.get('checkpoint') or ''} |")
     if card.get("selected"):
         s = card["selected"]

@@ -81,10 +81,12 @@ def splits_record(runner: Runner, evaluate_test: bool) -> dict[str, Any]:
 
 
 async def evaluate_once(runner: Runner, name: str | None, split: Split, *,
-                        limit: int | None = None, k: int = 1,
-                        checkpoint: bool = False) -> dict[str, Any]:
+                        limit: int | None = None, k: int = 1, checkpoint: bool = False,
+                        train_seconds: float | None = None) -> dict[str, Any]:
     """One pinned evaluation (and, with `checkpoint`, a checkpoint under the same hold);
-    `name` None names it after the version it pinned ("v12")."""
+    `name` None names it after the version it pinned ("v12"). `train_seconds`, the
+    training wall time so far (evaluations excluded), is recorded with it: what a learning
+    curve over wall-clock minutes is drawn against."""
     async with runner.pinned(f"{split} evaluation {name or ''}") as version:
         name = name or f"v{version}"
         report = await runner.evaluate(split, k=k, limit=limit)
@@ -92,6 +94,8 @@ async def evaluate_once(runner: Runner, name: str | None, split: Split, *,
     print(f"[{name}] {report}", flush=True)
     record = {"name": name, "split": split, "pinned_version": version,
               "figures": report.as_dict(), "checkpoint": path}
+    if train_seconds is not None:
+        record["train_seconds"] = round(train_seconds, 1)
     if why:
         record["no_checkpoint"] = why
     return record
@@ -105,9 +109,12 @@ async def train_and_test(runner: Runner, card: dict[str, Any], save: Callable[[]
     evals: list[dict[str, Any]] = card.setdefault("evals", [])
     card["splits"] = splits_record(runner, test)
     total = TrainReport()
+    # A resumed run counts on from its last evaluation's training time (what it trained
+    # after that evaluation, before it stopped, is not counted).
+    total.seconds = max((e.get("train_seconds", 0.0) for e in evals), default=0.0)
     if val and not any(e["name"] == "before" for e in evals):  # kept by a resumed run
         evals.append(await evaluate_once(runner, "before", "val", limit=eval_limit,
-                                         checkpoint=True))
+                                         checkpoint=True, train_seconds=0.0))
         save()
     while not budget.spent:
         until = (await runner.policy_version()) + eval_every if eval_every else None
@@ -120,13 +127,13 @@ async def train_and_test(runner: Runner, card: dict[str, Any], save: Callable[[]
         save()
         if val and eval_every and not budget.spent:
             evals.append(await evaluate_once(runner, None, "val", limit=eval_limit,
-                                             checkpoint=True))
+                                             checkpoint=True, train_seconds=total.seconds))
             save()
         if stretch.groups + stretch.groups_aborted == 0:
             break  # nothing left to play (a finite train split ran out)
     if val:
         evals.append(await evaluate_once(runner, "after", "val", limit=eval_limit,
-                                         checkpoint=True))
+                                         checkpoint=True, train_seconds=total.seconds))
         save()
     if not test:
         return

@@ -142,6 +142,9 @@ def test_a_train_run_tests_once_on_the_best_val_checkpoint(tmp_path: Path,
     assert vals[0]["name"] == "before" and vals[-1]["name"] == "after"
     assert all(e["checkpoint"] and e["pinned_version"] >= 0 for e in vals)
     assert all(e["figures"]["policy_versions"] == [e["pinned_version"]] for e in vals)
+    clock = [e["train_seconds"] for e in vals]  # training time, evaluations left out
+    assert clock[0] == 0.0 and clock == sorted(clock) and clock[-1] > 0.0
+    assert clock[-1] == round(card["train"]["seconds"], 1)
     # Every val figure ties (success is never reached): the earliest version wins, which
     # is not the last one, so it is served again as a new version and tested there.
     selected = card["selected"]
