@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
@@ -268,6 +268,21 @@ def _from_card(command: str, argv: Sequence[str]) -> list[str]:
     return [*old, "--out", str(out)]
 
 
+async def _while_alive(server: ServerProcess, play: Coroutine[Any, Any, None]) -> None:
+    """Runs `play` while the server this command started lives. If the server exits (a
+    crash, the OOM killer), `play` is cancelled and the command fails naming the server's
+    log: its rollouts would otherwise retry a dead address until each one timed out."""
+    task = asyncio.ensure_future(play)
+    while not (await asyncio.wait([task], timeout=1.0))[0]:
+        if not server.alive():
+            task.cancel()
+            # Aborts sent to a dead server fail fast; asyncio.run cancels what is left.
+            await asyncio.wait([task], timeout=3.0)
+            raise SystemExit(f"the server exited during the run ({server.exit_reason()}); "
+                             f"see {server.log_path}")
+    task.result()
+
+
 def _main(command: str, argv: Sequence[str]) -> int:
     argv = list(argv)
     if any(a == "--from-card" or a.startswith("--from-card=") for a in argv):
@@ -296,7 +311,7 @@ def _main(command: str, argv: Sequence[str]) -> int:
     card["server"] = _server_record(args, out, train_options)
     card["packages"] = _card.package_versions(None if args.target else args.engine)
     try:
-        asyncio.run(_play(args, command, env, server.target, out, card))
+        asyncio.run(_while_alive(server, _play(args, command, env, server.target, out, card)))
     finally:
         server.stop()
         card["wall_s"] = round(time.monotonic() - t0, 1)

@@ -28,7 +28,7 @@ import math
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,6 +45,19 @@ from swarmrl.envs._report import EvalReport, RolloutRecord
 __all__ = ["Runner", "RunnerConfig", "TrainReport"]
 
 _log = structlog.get_logger("swarmrl.envs")
+
+CLEANUP_S = 10.0
+"""The longest a clean-up call (an episode's abort, a hold's release) may take. Without a
+bound, a run stopping because its server died waits out the SDK's retry budget (two
+minutes) on each one; what is not sent in time is left to the server's leases."""
+
+
+async def _cleanup(call: Coroutine[Any, Any, object]) -> None:
+    """Runs a clean-up call to its end, or `CLEANUP_S`, even when the caller is cancelled
+    meanwhile (a call half-sent would leave an episode open, or training held, until its
+    lease ended); its errors are dropped, since the caller is already failing or stopping."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(asyncio.wait_for(call, CLEANUP_S))
 
 
 @dataclass(frozen=True)
@@ -359,8 +372,7 @@ class Runner:
             yield held.policy_version
         finally:
             self._pin = None
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.client.release_training(held.model, holder=holder))
+            await _cleanup(self.client.release_training(held.model, holder=holder))
 
     async def restore(self, checkpoint: str) -> int:
         """Serves a checkpoint the server wrote as a new policy version (`restore_checkpoint`)
@@ -425,10 +437,8 @@ class Runner:
 
 
 async def _abort(episode: AsyncEpisode, reason: str) -> None:
-    """Aborts `episode`, surviving a cancellation of the caller meanwhile (an abort
-    half-sent would leave the episode open until its lease ends)."""
-    with contextlib.suppress(Exception):
-        await asyncio.shield(episode.abort(reason))
+    """Aborts `episode` (a `_cleanup` call)."""
+    await _cleanup(episode.abort(reason))
 
 
 def _replace(record: RolloutRecord, **changes: Any) -> RolloutRecord:

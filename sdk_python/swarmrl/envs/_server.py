@@ -66,6 +66,15 @@ class ServerProcess:
         """False once a server this command started has exited."""
         return self.proc is None or self.proc.poll() is None
 
+    def exit_reason(self) -> str:
+        """How a started server ended: "exit code N" or "killed by SIGNAME"."""
+        code = None if self.proc is None else self.proc.returncode
+        if code is None:
+            return "running"
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
     def stop(self) -> None:
         """Stops a server this command started (SIGTERM: it checkpoints and drains)."""
         if self.proc is not None and self.proc.poll() is None:

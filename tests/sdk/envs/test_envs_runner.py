@@ -306,3 +306,56 @@ def test_swarmrl_train_runs_an_environment_file_end_to_end(tmp_path: Path,
     consumed = trained_episode_ids(out / "data")
     assert consumed and consumed <= trained  # steps trained only ended training episodes
     assert (out / "data" / "metrics.jsonl").read_text().count("\n") >= 1
+
+
+@pytest.mark.slow
+def test_swarmrl_train_stops_when_the_server_it_started_dies(tmp_path: Path,
+                                                             model_cache: Path) -> None:
+    """The run's first rollout SIGKILLs the server `swarmrl train` started and then waits
+    (for an hour, past any timeout here): the command must notice the dead server, stop,
+    and name its log, instead of playing on against a dead address."""
+    env_file = tmp_path / "killer_env.py"
+    env_file.write_text(
+        "import asyncio, os, signal, psutil\n"
+        "from swarmrl.envs import Environment, Item, Outcome\n"
+        "class Killer(Environment):\n"
+        "    def items(self, split):\n"
+        "        return [Item(f'{split}{i}', {'split': split, 'i': i}) for i in range(2)]\n"
+        "    async def play(self, rollout):\n"
+        "        for child in psutil.Process(os.getpid()).children():\n"
+        "            if child.status() != 'zombie' and 'serve' in child.cmdline():\n"
+        "                child.send_signal(signal.SIGKILL)\n"
+        "        await asyncio.sleep(3600)\n"
+        "        return Outcome(reward=0.0)\n")
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "swarmrl", "train", f"{env_file}:Killer", "--groups", "1",
+         "--group-size", "2", "--rollout-timeout", "3600", "--out", str(out), "--no-progress",
+         "--server-arg=--cache-dir", f"--server-arg={model_cache}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "the server exited during the run (killed by SIGKILL)" in proc.stderr, proc.stderr[-3000:]
+    assert str(out / "server.log") in proc.stderr
+    assert (out / "card.json").is_file()  # what was measured before is still written
+
+
+async def test_a_cleanup_call_outlives_its_cancelled_caller_but_is_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An abort or a hold's release runs to its end when its caller is cancelled
+    meanwhile, and gives up after `CLEANUP_S` when the server never answers."""
+    from swarmrl.envs import _runner
+
+    released = asyncio.Event()
+
+    async def release() -> None:
+        await asyncio.sleep(0.2)
+        released.set()
+
+    caller = asyncio.create_task(_runner._cleanup(release()))
+    await asyncio.sleep(0.05)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await asyncio.wait_for(released.wait(), 5)  # finished though its caller was cancelled
+    monkeypatch.setattr(_runner, "CLEANUP_S", 0.2)
+    await asyncio.wait_for(_runner._cleanup(asyncio.Event().wait()), 5)  # a dead server
