@@ -30,7 +30,9 @@ def in_vllm_group(nodeid: str) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks the tests that run a real vLLM server (a `vllm` mark, or a vLLM fixture) and
-    puts them first; refuses one the scheduler would not group (`in_vllm_group`)."""
+    puts them first, then the `slow` ones; refuses a vLLM test the scheduler would not
+    group (`in_vllm_group`). Units go out in this order: longest first, so no minute-long
+    test starts last and finishes alone while the other workers sit idle."""
     def vllm(item: pytest.Item) -> bool:
         names = set(getattr(item, "fixturenames", ()))
         return item.get_closest_marker("vllm") is not None or bool(VLLM_FIXTURES & names)
@@ -41,7 +43,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 raise pytest.UsageError(f"{item.nodeid} runs a real vLLM server: its id must "
                                         "name vllm, so xdist groups it (tests/conftest.py)")
             item.add_marker(pytest.mark.vllm)
-    items.sort(key=lambda item: not vllm(item))  # stable: the rest keep their order
+    # Stable: each class keeps its order.
+    items.sort(key=lambda item: (not vllm(item), item.get_closest_marker("slow") is None))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -4,9 +4,12 @@ its rollout records. (Its store: tests/store_support.py.)"""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import swarmrl
+from tests.helpers import REPO, ServerProcess
 
 
 def episode_states(target: str, episode_ids: list[str]) -> dict[str, tuple[str, float | None, int]]:
@@ -25,3 +28,28 @@ def read_rollouts(out: Path) -> list[dict]:
     import json
 
     return [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+
+
+def train_attached(out: Path, model_cache: Path, args: list[str], *,
+                   train_options: dict[str, str]) -> Path:
+    """Runs ``swarmrl train ARGS --target --out OUT`` against a training server forked for
+    it (`ServerProcess`, its data dir ``OUT/data`` as a launched one's), stops the server
+    and returns its log. The command runs as a user runs it; only the server is not one it
+    launched, which saves the ~10 s of imports `swarmrl serve` pays before it reads its
+    flags (the launch is tested in tests/sdk/envs/test_envs_runner.py and test_envs_eval.py).
+    The server gets what `swarmrl train` gives a server it launches: ``--group-size`` as
+    its group size, every checkpoint kept, and `train_options`."""
+    group_size = args[args.index("--group-size") + 1] if "--group-size" in args else "8"
+    options = {"group_size": group_size, "keep_checkpoints": "1000000", **train_options}
+    flags = [x for key, value in options.items() for x in ("--train-option", f"{key}={value}")]
+    server = ServerProcess(data_dir=out / "data", cache_dir=model_cache, http_port=0,
+                           extra=["--model", "tiny", "--train", *flags]).start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "swarmrl", "train", *args, "--target", server.target,
+             "--out", str(out), "--no-progress"],
+            cwd=REPO, capture_output=True, text=True, timeout=600)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return server.log_path

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +18,7 @@ import pytest
 
 from examples.forced_tools.env import ForcedTools, convert_value, item_price, same
 from swarmrl.envs import Runner
-from tests.envs_support import read_rollouts
-from tests.helpers import REPO
+from tests.envs_support import read_rollouts, train_attached
 from tests.store_support import stored_episodes
 
 
@@ -49,17 +46,13 @@ def test_questions_answers_and_splits() -> None:
         ForcedTools(tasks="add,divide")
 
 
-def _train(out: Path, model_cache: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "swarmrl", "train", "examples.forced_tools.env:ForcedTools",
-           "--env-arg", "val_size=2", "--env-arg", "test_size=2", "--groups", "2",
-           "--group-size", "2", "--max-tokens", "48", "--out", str(out), "--no-progress",
-           "--train-option", "batch_size=2", "--train-option", "batch_rule=groups",
-           "--server-arg=--cache-dir", f"--server-arg={model_cache}"]
-    for option in options:
-        cmd += ["--train-option", option]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+def _train(out: Path, model_cache: Path, *options: str) -> Path:
+    """A short run; returns its server's log."""
+    return train_attached(out, model_cache, [
+        "examples.forced_tools.env:ForcedTools", "--env-arg", "val_size=2", "--env-arg",
+        "test_size=2", "--groups", "2", "--group-size", "2", "--max-tokens", "48"],
+        train_options={"batch_size": "2", "batch_rule": "groups",
+                       **dict(o.split("=", 1) for o in options)})
 
 
 def _steps(out: Path) -> list[dict[str, Any]]:
@@ -74,7 +67,7 @@ def test_forced_calls_are_recorded_and_trained_by_the_option(
 ) -> None:
     out = tmp_path / "run"
     options = () if constrained_calls == "mask" else ("constrained_calls=context",)
-    _train(out, model_cache, *options)
+    server_log = _train(out, model_cache, *options)
     rows = read_rollouts(out)
     train = [r for r in rows if r["split"] == "train"]
     assert len(train) == 4 and all(r["trained"] for r in train)
@@ -94,6 +87,6 @@ def test_forced_calls_are_recorded_and_trained_by_the_option(
         assert steps[0]["reward/episodes"] == 4
     else:  # as context the episodes hold no trained token: dropped, never a step
         assert not any(s.get("actor/tokens_trained") for s in steps)
-        drops = [json.loads(line) for line in (out / "server.log").read_text().splitlines()
+        drops = [json.loads(line) for line in server_log.read_text().splitlines()
                  if '"episodes_dropped"' in line]
         assert sum(d.get("no_tokens", 0) for d in drops) == len(train)

@@ -17,7 +17,7 @@ import pytest
 
 from examples.reasoning_gym.env import ReasoningGym, extract_answer
 from swarmrl.envs import Runner
-from tests.envs_support import episode_states, read_rollouts
+from tests.envs_support import episode_states, read_rollouts, train_attached
 from tests.helpers import REPO
 from tests.store_support import trained_episode_ids
 
@@ -52,15 +52,11 @@ def test_splits_are_drawn_from_their_own_seeds_and_train_never_repeats_held_out(
 def test_swarmrl_train_trains_the_mix_and_never_the_eval(tmp_path: Path,
                                                          model_cache: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "swarmrl", "train", "examples.reasoning_gym.env:ReasoningGym",
-         "--env-arg", "val_size=2", "--env-arg", "level=1", "--groups", "3",
-         "--group-size", "2", "--max-tokens", "4", "--out", str(out), "--no-progress",
-         "--train-option", "batch_size=3", "--train-option", "batch_rule=groups",
-         "--train-option", "task_mix=basic_arithmetic:1,chain_sum:1,leg_counting:1",
-         "--server-arg=--cache-dir", f"--server-arg={model_cache}"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_attached(out, model_cache, [
+        "examples.reasoning_gym.env:ReasoningGym", "--env-arg", "val_size=2", "--env-arg",
+        "level=1", "--groups", "3", "--group-size", "2", "--max-tokens", "4"],
+        train_options={"batch_size": "3", "batch_rule": "groups",
+                       "task_mix": "basic_arithmetic:1,chain_sum:1,leg_counting:1"})
     rows = read_rollouts(out)
     evals = [r for r in rows if r["split"] == "val"]
     assert len([r for r in rows if r["split"] == "test"]) == 3 * 60  # once, at the end

@@ -21,7 +21,7 @@ from examples.textworld.agent import CHOICES, Result, choose, clean, open_game, 
 from examples.textworld.baselines import rates, wins
 from examples.textworld.env import TEST_SEED_BASE, TextWorld, make_games
 from swarmrl.envs import Runner
-from tests.envs_support import read_rollouts
+from tests.envs_support import read_rollouts, train_attached
 from tests.helpers import REPO
 from tests.store_support import trained_episode_ids
 
@@ -118,15 +118,11 @@ def test_swarmrl_train_merges_turns_and_never_trains_the_eval(
         tmp_path: Path, model_cache: Path, textworld_games: Path) -> None:
     out = tmp_path / "run"
     games = str(textworld_games)
-    proc = subprocess.run(
-        [sys.executable, "-m", "swarmrl", "train", "examples.textworld.env:TextWorld",
-         "--env-arg", "level=1", "--env-arg", "train_games=1", "--env-arg", "val_games=1",
-         "--env-arg", "test_games=1", "--env-arg", "max_steps=3", "--env-arg", f"games_dir={games}",
-         "--groups", "1", "--group-size", "2", "--max-tokens", "4", "--out", str(out),
-         "--no-progress", "--train-option", "batch_size=1", "--train-option", "batch_rule=groups",
-         "--server-arg=--cache-dir", f"--server-arg={model_cache}"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_attached(out, model_cache, [
+        "examples.textworld.env:TextWorld", "--env-arg", "level=1", "--env-arg", "train_games=1",
+        "--env-arg", "val_games=1", "--env-arg", "test_games=1", "--env-arg", "max_steps=3",
+        "--env-arg", f"games_dir={games}", "--groups", "1", "--group-size", "2",
+        "--max-tokens", "4"], train_options={"batch_size": "1", "batch_rule": "groups"})
     rows = read_rollouts(out)
     evals = [r for r in rows if r["split"] == "val"]
     train = [r for r in rows if r["split"] == "train"]

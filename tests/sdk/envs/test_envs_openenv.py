@@ -17,8 +17,6 @@ server for ``openenv:http://...``). Against a real swarm server on the tiny mode
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -31,7 +29,7 @@ import pytest
 import swarmrl
 from swarmrl.envs import Item, Runner, RunnerConfig, load_environment
 from swarmrl.envs.openenv import Hooks, OpenEnv, Step
-from tests.helpers import REPO
+from tests.envs_support import train_attached
 from tests.store_support import stored_episodes, trained_episode_ids
 
 if TYPE_CHECKING:
@@ -43,16 +41,12 @@ def test_an_openenv_game_trains_under_swarmrl_train(tmp_path: Path, model_cache:
     from swarmrl_server.timelines.merge import merge_calls
 
     log, out = tmp_path / "game.jsonl", tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "swarmrl", "train", "openenv:tests.openenv_support:WordGuess",
-         "--env-arg", "env_args=" + json.dumps({"log": str(log)}), "--env-arg", "train=3",
-         "--env-arg", "val=2", "--env-arg", "max_steps=6", "--env-arg", "success_at=1",
-         "--groups", "3", "--group-size", "2", "--max-tokens", "4", "--temperature", "1.0",
-         "--out", str(out), "--train-option", "batch_size=2",
-         "--train-option", "batch_rule=groups", "--server-arg=--cache-dir",
-         f"--server-arg={model_cache}", "--no-progress"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_attached(out, model_cache, [
+        "openenv:tests.openenv_support:WordGuess",
+        "--env-arg", "env_args=" + json.dumps({"log": str(log)}), "--env-arg", "train=3",
+        "--env-arg", "val=2", "--env-arg", "max_steps=6", "--env-arg", "success_at=1",
+        "--groups", "3", "--group-size", "2", "--max-tokens", "4", "--temperature", "1.0"],
+        train_options={"batch_size": "2", "batch_rule": "groups"})
     rows = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
     train = {r["episode_id"]: r for r in rows if r["split"] == "train"}
     evals = {r["episode_id"]: r for r in rows if r["split"] in ("val", "test")}
