@@ -125,3 +125,23 @@ def test_results_records_render() -> None:
         assert record.get("date") and record.get("machine") and record.get("command"), record["id"]
         if "file" in record:
             assert (results.RESULTS / record["file"]).exists(), record["file"]
+
+
+def test_card_groups_show_each_val_curve() -> None:
+    """A group of run cards renders each card's val points (and the training minutes of
+    cards that record them) and a PNG of them, built with the site."""
+    from tools.docsgen import results
+
+    for group in results.curve_groups():
+        rendered = results.render_group(group)
+        assert f"](curves/{group}.png)" in rendered
+        for record in results.records():
+            if record.get("group") != group or not str(record.get("file")).startswith("cards/"):
+                continue
+            card = json.loads((results.RESULTS / record["file"]).read_text())
+            for e in results._val_points(card):
+                point = f"{e['figures']['success_rate']:.3f} at v{e['pinned_version']}"
+                if "train_seconds" in e:
+                    point += f" ({e['train_seconds'] / 60:.1f} min)"
+                assert point in rendered, (record["id"], point)
+        assert results.curve_png(group).startswith(b"\x89PNG\r\n\x1a\n")

@@ -34,6 +34,9 @@ def on_files(files: Any, config: Any) -> Any:
     for path, render in PAGES.items():
         files.append(File.generated(config, path, content=render()))
     files.append(File.generated(config, "reference/openapi.json", content=http_api.openapi_json()))
+    for group in results.curve_groups():  # next to the page that shows it
+        files.append(File.generated(config, f"results/curves/{group}.png",
+                                    content=results.curve_png(group)))
     for record in sorted(results.RESULTS.rglob("*")):
         if record.is_file() and record.suffix in (".json", ".yaml"):
             rel = record.relative_to(results.RESULTS).as_posix()

@@ -97,13 +97,64 @@ def _card_rows(cards: list[dict[str, Any]]) -> str:
                      f"[{r['file']}]({_link(r['file'])})"])
     out = [table(["run", "val before", "selected by val", "test, once (95% CI)",
                   "test version", "groups trained", "wall time", "card"], rows)]
+    out.append(f"![val success by training time](curves/{cards[0]['group']}.png)\n")
     for r in cards:
         card = json.loads((RESULTS / r["file"]).read_text())
+        points = ", ".join(
+            f"{e['figures']['success_rate']:.3f} at v{e['pinned_version']}"
+            + (f" ({e['train_seconds'] / 60:.1f} min)" if "train_seconds" in e else "")
+            for e in _val_points(card))
         out.append(f"*{cell(r.get('title', r['id']))}*, {card['created']}, "
-                   f"{card['machine'].get('cpus')} CPUs, commit "
+                   + (f"val success: {points}; " if points else "")
+                   + f"{card['machine'].get('cpus')} CPUs, commit "
                    f"{card.get('git', {}).get('commit', '?')[:10]}:\n\n"
                    f"```sh\nswarmrl {' '.join(card['argv'])}\n```\n")
     return "\n".join(out)
+
+
+def _val_points(card: dict[str, Any]) -> list[dict[str, Any]]:
+    """A card's val evaluations with a success rate, in the order they were played."""
+    return [e for e in card.get("evals", [])
+            if e["split"] == "val" and e["figures"].get("success_rate") is not None]
+
+
+def curve_groups() -> list[str]:
+    """The groups with run cards: each gets a val-curve figure (`curve_png`)."""
+    return sorted({str(r["group"]) for r in records()
+                   if str(r.get("file", "")).startswith("cards/") and r.get("group")})
+
+
+def curve_png(group: str) -> bytes:
+    """Val success of each train card of `group` against training minutes (cards that
+    record `train_seconds`), else against the policy version evaluated."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cards = [(r, json.loads((RESULTS / r["file"]).read_text())) for r in records()
+             if r.get("group") == group and str(r.get("file", "")).startswith("cards/")]
+    cards = [(r, c) for r, c in cards if len(_val_points(c)) > 1]
+    by_time = bool(cards) and all("train_seconds" in e for _, c in cards for e in _val_points(c))
+    fig, ax = plt.subplots(figsize=(6, 3.4), dpi=100)
+    for r, card in cards:
+        points = _val_points(card)
+        xs = [e["train_seconds"] / 60 if by_time else e["pinned_version"] for e in points]
+        ax.plot(xs, [e["figures"]["success_rate"] for e in points], marker="o",
+                label=str(r.get("title", r["id"])))
+    ax.set_xlabel("training minutes" if by_time else "policy version")
+    ax.set_ylabel("val success")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if cards:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def render_group(group: str) -> str:
