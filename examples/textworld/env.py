@@ -2,9 +2,9 @@
 
     swarmrl train examples.textworld.env:TextWorld --model smollm2 --engine vllm \\
         --env-arg level=2 --env-arg progress_reward=0.5 --minutes 38 --temperature 0.7 \\
-        --max-tokens 12 --train-option lr=1e-3 --train-option lora_rank=16 \\
+        --max-tokens 12 --eval-every 5 --train-option lr=1e-3 --train-option lora_rank=16 \\
         --train-option lora_alpha=32 --train-option packing=true \\
-        --train-option batch_rule=varied_groups --train-option batch_size=2
+        --train-option batch_rule=varied_groups --train-option batch_size=2 (README: seeds)
 
 **Games.** TextWorld's own generator (``textworld.generator.make_game`` + ``compile_game``,
 what ``tw-make custom`` runs) makes every game at the ``level`` (`LEVELS`): train games
