@@ -221,6 +221,7 @@ class AsyncSwarmClient:
         response = await self._transport.unary(
             "SaveCheckpoint", lambda s: s.admin.SaveCheckpoint,
             admin_pb2.SaveCheckpointRequest(model=model or ""), retryable=True,
+            timeout=self._config.training_call_timeout,
         )
         return list(response.paths)
 
@@ -242,7 +243,8 @@ class AsyncSwarmClient:
         """
         request = admin_pb2.HoldTrainingRequest(model=model or "", holder=holder, reason=reason)
         response = await self._transport.unary(
-            "HoldTraining", lambda s: s.admin.HoldTraining, request, retryable=True)
+            "HoldTraining", lambda s: s.admin.HoldTraining, request, retryable=True,
+            timeout=self._config.training_call_timeout)
         return TrainingState(response.model, response.policy_version, response.step)
 
     async def release_training(self, model: str | None = None, *, holder: str = "") -> None:
@@ -261,7 +263,8 @@ class AsyncSwarmClient:
         """
         request = admin_pb2.RestoreCheckpointRequest(model=model or "", path=path)
         response = await self._transport.unary(
-            "RestoreCheckpoint", lambda s: s.admin.RestoreCheckpoint, request, retryable=True)
+            "RestoreCheckpoint", lambda s: s.admin.RestoreCheckpoint, request, retryable=True,
+            timeout=self._config.training_call_timeout)
         return TrainingState(response.model, response.policy_version, response.checkpoint_step)
 
     async def declare_done(self, model: str | None = None) -> None:

@@ -70,6 +70,11 @@ class ClientConfig:
     call_timeout: float | None = 60.0
     """Deadline of one attempt of a unary call, in seconds; None for none. Streams
     (`AsyncEpisode.stream`, `AsyncSwarmClient.events`) have no deadline."""
+    training_call_timeout: float = 3600.0
+    """Deadline of the unary calls that wait for the trainer, in seconds: holding training
+    (a step in progress lands first) and saving or restoring a checkpoint. A step of a
+    small model on a CPU, or a large model's checkpoint, outlasts `call_timeout`; a dead
+    server is still noticed at once (UNAVAILABLE, keepalive)."""
     keepalive_time: float = 30.0
     """Seconds between keepalive pings, so a dead connection is noticed even when idle."""
     keepalive_timeout: float = 15.0
@@ -83,7 +88,8 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if not self.target:
             raise ValueError("ClientConfig.target must not be empty")
-        for name in ("session_lease", "keepalive_time", "keepalive_timeout"):
+        for name in ("session_lease", "keepalive_time", "keepalive_timeout",
+                     "training_call_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ClientConfig.{name} must be positive")
         if self.call_timeout is not None and self.call_timeout <= 0:

@@ -108,6 +108,28 @@ async def test_a_pinned_evaluation_plays_one_version_while_training_goes_on(
                 await asyncio.gather(training, return_exceptions=True)
 
 
+async def test_a_hold_waits_out_a_step_longer_than_the_call_timeout(
+        make_server: ServerFactory) -> None:
+    """A pinned evaluation's hold waits for the step in progress: on a CPU a real model's
+    step outlasts the unary deadline (a TextWorld run's first pinned evaluation after
+    training failed with DEADLINE_EXCEEDED), so holds get `training_call_timeout`."""
+    from swarmrl_server.trainer.trainer import Trainer
+
+    running = await make_server(train=TRAIN)
+    trainer = running.swarm.models["tiny"].trainer
+    assert isinstance(trainer, Trainer)
+    config = swarmrl.ClientConfig(target=running.grpc_target, call_timeout=0.3)
+    async with swarmrl.AsyncSwarmClient(config=config) as client:
+        async with trainer._lock:  # what a step holds while it runs: 10 call timeouts
+            hold = asyncio.ensure_future(client.hold_training(holder="t", reason="eval"))
+            await asyncio.sleep(3.0)
+            assert not hold.done()
+        state = await asyncio.wait_for(hold, 30)
+        assert state.policy_version == 0 and trainer.holds == {"t": "eval"}
+        await client.release_training(holder="t")
+    assert trainer.holds == {}
+
+
 def _swarmrl(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([sys.executable, "-m", "swarmrl", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=600)
