@@ -268,18 +268,23 @@ def _from_card(command: str, argv: Sequence[str]) -> list[str]:
     return [*old, "--out", str(out)]
 
 
+class ServerExited(RuntimeError):
+    """The server this command started exited during the run."""
+
+
 async def _while_alive(server: ServerProcess, play: Coroutine[Any, Any, None]) -> None:
     """Runs `play` while the server this command started lives. If the server exits (a
-    crash, the OOM killer), `play` is cancelled and the command fails naming the server's
-    log: its rollouts would otherwise retry a dead address until each one timed out."""
+    crash, the OOM killer), `play` is cancelled and `ServerExited` names the server's log
+    and how it ended: its rollouts would otherwise retry a dead address until each one
+    timed out."""
     task = asyncio.ensure_future(play)
     while not (await asyncio.wait([task], timeout=1.0))[0]:
         if not server.alive():
             task.cancel()
             # Aborts sent to a dead server fail fast; asyncio.run cancels what is left.
             await asyncio.wait([task], timeout=3.0)
-            raise SystemExit(f"the server exited during the run ({server.exit_reason()}); "
-                             f"see {server.log_path}")
+            raise ServerExited(f"the server exited during the run ({server.exit_reason()}); "
+                               f"see {server.log_path}")
     task.result()
 
 
@@ -310,14 +315,18 @@ def _main(command: str, argv: Sequence[str]) -> int:
     server = _server(args, out, train_options)
     card["server"] = _server_record(args, out, train_options)
     card["packages"] = _card.package_versions(None if args.target else args.engine)
+    code = 0
     try:
         asyncio.run(_while_alive(server, _play(args, command, env, server.target, out, card)))
+    except ServerExited as err:
+        print(f"swarmrl {command}: {err}", file=sys.stderr)
+        code = 1
     finally:
         server.stop()
         card["wall_s"] = round(time.monotonic() - t0, 1)
         _card.write(out, card)
     print(f"wrote {out / 'card.json'} and card.md", file=sys.stderr)
-    return 0
+    return code
 
 
 def train_main(argv: Sequence[str]) -> int:
