@@ -120,9 +120,9 @@ async def test_a_hold_waits_out_a_step_longer_than_the_call_timeout(
     assert isinstance(trainer, Trainer)
     config = swarmrl.ClientConfig(target=running.grpc_target, call_timeout=0.3)
     async with swarmrl.AsyncSwarmClient(config=config) as client:
-        async with trainer._lock:  # what a step holds while it runs: 10 call timeouts
+        async with trainer._lock:  # what a step holds while it runs: 5 call timeouts
             hold = asyncio.ensure_future(client.hold_training(holder="t", reason="eval"))
-            await asyncio.sleep(3.0)
+            await asyncio.sleep(1.5)
             assert not hold.done()
         state = await asyncio.wait_for(hold, 30)
         assert state.policy_version == 0 and trainer.holds == {"t": "eval"}

@@ -73,7 +73,9 @@ def ray_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
                 psutil.Process(pid).terminate()
             except psutil.NoSuchProcess:
                 pass
-        _, alive = psutil.wait_procs([p for p in map(_proc, family) if p], timeout=30)
+        # Some of them never exit on SIGTERM (the wait always ran out, 30 s a run): a few
+        # seconds to exit cleanly, then SIGKILL.
+        _, alive = psutil.wait_procs([p for p in map(_proc, family) if p], timeout=5)
         for p in alive:
             p.kill()
         # Back to this process's own Ray auth settings: Ray caches them, and a later
