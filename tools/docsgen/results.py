@@ -97,7 +97,7 @@ def _card_rows(cards: list[dict[str, Any]]) -> str:
                      f"[{r['file']}]({_link(r['file'])})"])
     out = [table(["run", "val before", "selected by val", "test, once (95% CI)",
                   "test version", "groups trained", "wall time", "card"], rows)]
-    out.append(f"![val success by training time](curves/{cards[0]['group']}.png)\n")
+    out.append(f"![val success of each run](curves/{cards[0]['group']}.png)\n")
     for r in cards:
         card = json.loads((RESULTS / r["file"]).read_text())
         points = ", ".join(

@@ -72,7 +72,10 @@ class ServerProcess:
         if code is None:
             return "running"
         if code < 0:
-            return f"killed by {signal.Signals(-code).name}"
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:  # a signal Python has no name for (a real-time one)
+                return f"killed by signal {-code}"
         return f"exit code {code}"
 
     def stop(self) -> None:
