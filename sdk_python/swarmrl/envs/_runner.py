@@ -49,7 +49,9 @@ _log = structlog.get_logger("swarmrl.envs")
 CLEANUP_S = 10.0
 """The longest a clean-up call (an episode's abort, a hold's release) may take. Without a
 bound, a run stopping because its server died waits out the SDK's retry budget (two
-minutes) on each one; what is not sent in time is left to the server's leases."""
+minutes) on each one. What is not sent in time is left to the server: an open episode
+is aborted when its session's lease lapses, and a hold lives in memory only, so a
+restart drops it (a live server answers a release in milliseconds)."""
 
 
 async def _cleanup(call: Coroutine[Any, Any, object]) -> None:
