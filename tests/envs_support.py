@@ -37,10 +37,13 @@ def train_attached(out: Path, model_cache: Path, args: list[str], *,
     and returns its log. The command runs as a user runs it; only the server is not one it
     launched, which saves the ~10 s of imports `swarmrl serve` pays before it reads its
     flags (the launch is tested in tests/sdk/envs/test_envs_runner.py and test_envs_eval.py).
-    The server gets what `swarmrl train` gives a server it launches: ``--group-size`` as
-    its group size, every checkpoint kept, and `train_options`."""
-    group_size = args[args.index("--group-size") + 1] if "--group-size" in args else "8"
-    options = {"group_size": group_size, "keep_checkpoints": "1000000", **train_options}
+    The server gets the train options `swarmrl train` gives a server it launches
+    (`_train_options`: ``--group-size`` as its group size, every checkpoint kept) with
+    `train_options`."""
+    from swarmrl.envs._cli import _parser, _train_options
+
+    given = [f"--train-option={key}={value}" for key, value in train_options.items()]
+    options = _train_options(_parser("train").parse_args([*args, *given]))
     flags = [x for key, value in options.items() for x in ("--train-option", f"{key}={value}")]
     server = ServerProcess(data_dir=out / "data", cache_dir=model_cache, http_port=0,
                            extra=["--model", "tiny", "--train", *flags]).start()
