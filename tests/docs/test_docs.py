@@ -118,7 +118,7 @@ def test_results_records_render() -> None:
     known = {r.get("group") for r in results.records()}
     assert groups <= known, groups - known
     for record in results.records():
-        if str(record.get("file", "")).startswith("cards/"):  # a run card carries its own
+        if results._is_card(record):  # a run card carries its own
             card = json.loads((results.RESULTS / record["file"]).read_text())
             assert card["created"] and card["machine"] and card["argv"], record["id"]
             continue
@@ -136,7 +136,7 @@ def test_card_groups_show_each_val_curve() -> None:
         rendered = results.render_group(group)
         assert f"](curves/{group}.png)" in rendered
         for record in results.records():
-            if record.get("group") != group or not str(record.get("file")).startswith("cards/"):
+            if record.get("group") != group or not results._is_card(record):
                 continue
             card = json.loads((results.RESULTS / record["file"]).read_text())
             for e in results._val_points(card):

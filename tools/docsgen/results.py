@@ -112,6 +112,11 @@ def _card_rows(cards: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _is_card(record: dict[str, Any]) -> bool:
+    """Whether a record is a run card (``swarmrl train`` / ``eval``, under ``cards/``)."""
+    return str(record.get("file", "")).startswith("cards/")
+
+
 def _val_points(card: dict[str, Any]) -> list[dict[str, Any]]:
     """A card's val evaluations with a success rate, in the order they were played."""
     return [e for e in card.get("evals", [])
@@ -120,8 +125,7 @@ def _val_points(card: dict[str, Any]) -> list[dict[str, Any]]:
 
 def curve_groups() -> list[str]:
     """The groups with run cards: each gets a val-curve figure (`curve_png`)."""
-    return sorted({str(r["group"]) for r in records()
-                   if str(r.get("file", "")).startswith("cards/") and r.get("group")})
+    return sorted({str(r["group"]) for r in records() if _is_card(r) and r.get("group")})
 
 
 def curve_png(group: str) -> bytes:
@@ -135,7 +139,7 @@ def curve_png(group: str) -> bytes:
     import matplotlib.pyplot as plt
 
     cards = [(r, json.loads((RESULTS / r["file"]).read_text())) for r in records()
-             if r.get("group") == group and str(r.get("file", "")).startswith("cards/")]
+             if r.get("group") == group and _is_card(r)]
     cards = [(r, c) for r, c in cards if len(_val_points(c)) > 1]
     by_time = bool(cards) and all("train_seconds" in e for _, c in cards for e in _val_points(c))
     fig, ax = plt.subplots(figsize=(6, 3.4), dpi=100)
@@ -162,7 +166,7 @@ def render_group(group: str) -> str:
     if not members:
         raise ValueError(f"no record in results/ has group {group!r}")
     out: list[str] = []
-    cards = [r for r in members if str(r.get("file", "")).startswith("cards/")]
+    cards = [r for r in members if _is_card(r)]
     if cards:
         out.append(_card_rows(cards))
         members = [r for r in members if r not in cards]
