@@ -55,6 +55,10 @@ def vllm_lora_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
                            extra_env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
 
 
+VLLM_LOGS: dict[str, Path] = {}
+"""The log of each server `launch_vllm` started, by URL."""
+
+
 def launch_vllm(model_dir: Path, log_dir: Path, max_model_len: int = MAX_LEN, **kwargs: Any
                 ) -> Iterator[str]:
     """Starts `vllm serve` exactly as `LaunchedServer` does, yields its URL, stops it."""
@@ -65,6 +69,7 @@ def launch_vllm(model_dir: Path, log_dir: Path, max_model_len: int = MAX_LEN, **
     server = LaunchedServer("tiny", model_dir, python=VLLM_PYTHON, log_dir=log_dir,
                             max_model_len=max_model_len, **kwargs)
     proc = server._spawn()
+    VLLM_LOGS[server.url] = server.log_path
     try:
         deadline = time.monotonic() + 400
         while True:
