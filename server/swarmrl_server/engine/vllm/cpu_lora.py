@@ -6,7 +6,7 @@ a [tokens, out, rank] tensor) and contract it with an einsum. In a prefill of T 
 is T copies of each matrix in every LoRA layer: at T = 1,024 and the MLP's 576 -> 1,536 at
 rank 16, 73 ms against the base layer's 10 ms (`benchmarks/vllm_cpu_lora.py`), and
 TextWorld's ~1,000-token prompts made every adapter version play ~4x slower than the base
-model (run card tw-L2-s0: val on v6 347 s, on the base 91 s).
+model (run card tw-L2-s0-old-lora-ops: val on v6 347 s, on the base 91 s).
 
 Here the tokens are grouped by adapter slot (a batch holds a few adapters at most) and each
 group is one [k, in] @ [in, out] matmul. Same signatures and semantics as the torch ops,
