@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import multiprocessing
-import multiprocessing.util  # its exit hook (joins children) registered before ours
+import multiprocessing.util  # noqa: F401 (its exit hook, which joins children, registered before ours)
 import os
 import signal
 import subprocess
-import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -18,6 +16,7 @@ from typing import Any, Protocol
 
 import pytest
 
+from swarmrl_server.launch import ForkedServer
 from swarmrl_server.net import free_port as free_port  # the tests' is the server's
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,7 +66,7 @@ def need(ok: bool, what: str) -> None:
 
 
 class ChildProcess(Protocol):
-    """What the tests use of a server's process: a `subprocess.Popen`, or a `ForkedProcess`."""
+    """What the tests use of a server's process: a `subprocess.Popen`, or a `ForkedServer`."""
 
     @property
     def pid(self) -> int: ...
@@ -79,86 +78,26 @@ class ChildProcess(Protocol):
     def send_signal(self, sig: int) -> None: ...
 
 
-_FORKED: weakref.WeakSet[ForkedProcess] = weakref.WeakSet()
+_FORKED: weakref.WeakSet[ForkedServer] = weakref.WeakSet()
 
 
 @atexit.register  # registered after multiprocessing's own exit hook, so it runs first
 def _kill_leftovers() -> None:
+    """multiprocessing joins a forked server when the worker exits (it is not a daemon):
+    kill first any that a failed test left running, as a spawned server would be left
+    to die."""
     for proc in list(_FORKED):
         proc.send_signal(signal.SIGKILL)
-
-
-class ForkedProcess:
-    """A child of the forkserver, with the `subprocess.Popen` methods the tests use (its
-    exit status comes back through multiprocessing: it is the forkserver's child, not
-    ours)."""
-
-    def __init__(self, target: Callable[..., None], flags: list[str], log_path: Path) -> None:
-        # Not a daemon (a daemon may not start processes, and a server may), so
-        # multiprocessing joins it when the worker exits: `_kill_leftovers` first kills
-        # any a failed test left running, as a spawned server would be left to die.
-        self._process = _forkserver().Process(target=target, args=(flags, str(log_path),
-                                                                  str(REPO)), daemon=False)
-        self._process.start()
-        _FORKED.add(self)
-
-    @property
-    def pid(self) -> int:
-        assert self._process.pid is not None
-        return self._process.pid
-
-    def poll(self) -> int | None:
-        return self._process.exitcode
-
-    def wait(self, timeout: float | None = None) -> int:
-        self._process.join(timeout)
-        if self._process.exitcode is None:
-            raise subprocess.TimeoutExpired("forked server", timeout or 0)
-        return self._process.exitcode
-
-    def send_signal(self, sig: int) -> None:
-        if self._process.exitcode is None:
-            os.kill(self.pid, sig)
-
-
-SERVER_MODULES = ("swarmrl_server.cli", "swarmrl_server.app", "swarmrl_server.engine.hf.engine",
-                  "swarmrl_server.trainer.trainer", "transformers.models.llama.modeling_llama")
-"""What a forked server finds imported (torch, transformers, the server): the ~10 s of CPU
-a `python -m swarmrl_server.cli` spends importing before it reads its flags."""
-
-
-def _forkserver() -> multiprocessing.context.ForkServerContext:
-    """The worker's multiprocessing forkserver, with the server's modules preloaded: its
-    children start as `swarmrl serve` would after its imports. Nothing runs in it but
-    imports: no thread, no event loop, no gRPC channel (what a fork must not copy)."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(list(SERVER_MODULES))
-    return ctx
-
-
-def _serve_forked(argv: list[str], log_path: str, cwd: str) -> None:
-    """A forked child: stdout and stderr to the log (line-buffered, as PYTHONUNBUFFERED
-    gives the spawned server), then the server's own entry point."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 (the process's own)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-    os.chdir(cwd)
-    from swarmrl_server.cli import main
-
-    main(argv)
 
 
 class ServerProcess:
     """`swarmrl serve` in a child process, killable with SIGKILL and restartable on its port.
 
     The child is forked from a forkserver that has already imported the server
-    (`SERVER_MODULES`) and then runs `swarmrl_server.cli.main` with the flags, as
-    `python -m swarmrl_server.cli` does after its imports: the same code from the flags
-    on, without ~10 s of imports per launch (tests kill and restart servers dozens of
-    times). A test that wraps the server in another program (`command`) gets that
+    (`swarmrl_server.launch`, as `swarmrl study run` starts its servers) and then runs
+    `swarmrl_server.cli.main` with the flags: the same code from the flags on as
+    `python -m swarmrl_server.cli`, without ~10 s of imports per launch (tests kill and
+    restart servers dozens of times). A test that wraps the server in another program (`command`) gets that
     program as a plain child process.
     """
 
@@ -190,7 +129,9 @@ class ServerProcess:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         if self.command is None:
             self.log_path.touch()  # read below before the child opens it
-            self.proc = ForkedProcess(_serve_forked, flags, self.log_path)
+            forked = ForkedServer(flags, self.log_path, cwd=REPO)
+            _FORKED.add(forked)
+            self.proc = forked
         else:
             log = open(self.log_path, "a")  # noqa: SIM115 (the child's, closed with it)
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}

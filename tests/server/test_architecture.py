@@ -33,7 +33,7 @@ from tests.helpers import REPO
 
 S = "swarmrl_server."
 LAYERS: list[tuple[str, ...]] = [
-    ("cli", "study"),  # commands
+    ("cli", "study", "launch"),  # commands (launch: forked `swarmrl serve` processes)
     ("app", "wiring"),  # builds and wires one server (wiring: trainers to the swarm)
     ("grpc", "http"),  # the front doors: independent of each other
     ("observe.live", "observe.plots", "observe.viewer"),  # what the doors show

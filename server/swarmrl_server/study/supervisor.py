@@ -38,6 +38,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from swarmrl_server.launch import SERVER_COMMAND, ForkedServer
 from swarmrl_server.net import free_port
 from swarmrl_server.study import commands, watch
 from swarmrl_server.study.commands import Ports, ProcessSpec
@@ -69,7 +70,11 @@ def describe_exit(code: int) -> str:
     return f"exited with status {code}"
 
 
-def stop_process(proc: psutil.Process | subprocess.Popen[bytes], grace: float) -> None:
+Child = subprocess.Popen[bytes] | ForkedServer
+"""A process the supervisor started: spawned, or (a `swarmrl serve`) forked (`launch`)."""
+
+
+def stop_process(proc: psutil.Process | Child, grace: float) -> None:
     """SIGTERM, then SIGKILL after `grace` seconds."""
     with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
         proc.terminate()
@@ -92,8 +97,8 @@ class RunSupervisor:
         self.cwd = cwd or Path.cwd()
         self.run_dir = state.run_dir(spec.run_id)
         self.record = state.load_run(spec.run_id) or RunRecord.new(spec)
-        self.server: subprocess.Popen[bytes] | None = None
-        self.clients: dict[str, subprocess.Popen[bytes]] = {}
+        self.server: Child | None = None
+        self.clients: dict[str, Child] = {}
         self.client_specs: dict[str, ProcessSpec] = {}
         self.finished_clients: set[str] = set()
         self.metrics = watch.MetricsTail(self.run_dir / "data" / "metrics.jsonl")
@@ -182,18 +187,27 @@ class RunSupervisor:
 
     # -- processes --------------------------------------------------------------------
 
-    def _popen(self, spec: ProcessSpec) -> subprocess.Popen[bytes]:
+    def _popen(self, spec: ProcessSpec) -> Child:
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        out = open(logs / f"{spec.name.replace('#', '-')}.log", "ab")
+        log_path = logs / f"{spec.name.replace('#', '-')}.log"
+        out = open(log_path, "ab")
         out.write(f"--- {time.strftime('%H:%M:%S')} {' '.join(spec.argv)}\n".encode())
         out.flush()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **spec.env}
-        # Their own session: a Ctrl-C at the terminal reaches `study run`, which stops
-        # them in order (clients, then the server, which checkpoints).
-        proc = subprocess.Popen(spec.argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                cwd=self.cwd, start_new_session=True)
-        out.close()
+        proc: Child
+        if tuple(spec.argv[:3]) == SERVER_COMMAND and not spec.env:
+            # `swarmrl serve` in this interpreter: forked with its imports done (a run's
+            # server starts in ~1 s, not ~10). A server with an environment of its own is
+            # spawned: what it sets may be read at import.
+            out.close()
+            proc = ForkedServer(spec.argv[3:], log_path, cwd=self.cwd)
+        else:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", **spec.env}
+            # Their own session: a Ctrl-C at the terminal reaches `study run`, which stops
+            # them in order (clients, then the server, which checkpoints).
+            proc = subprocess.Popen(spec.argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    cwd=self.cwd, start_new_session=True)
+            out.close()
         self.record.processes[spec.name] = LiveProcess(
             pid=proc.pid, create_time=psutil.Process(proc.pid).create_time())
         return proc

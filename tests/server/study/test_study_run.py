@@ -74,6 +74,12 @@ def test_killed_study_run_resumes_and_skips_finished_runs(
     try:
         wait_until(lambda: run_json(path, "s0-r00").get("state") == "done"
                    and run_json(path, "s0-r01").get("step", 0) >= 2, 300, "run 2 under way")
+        # The default server command is forked from study run's preloaded forkserver
+        # (swarmrl_server.launch), not spawned.
+        server = psutil.Process(run_json(path, "s0-r01")["processes"]["server"]["pid"])
+        forkserver = server.parent()
+        assert forkserver is not None and forkserver.ppid() == first.pid
+        assert "forkserver" in " ".join(forkserver.cmdline())
     finally:
         first.send_signal(signal.SIGKILL)  # no clean-up at all: its children live on
         first.wait()
