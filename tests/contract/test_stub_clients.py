@@ -25,6 +25,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from filelock import FileLock
 
 from swarmrl_proto.v1 import admin_service_pb2, session_service_pb2
 from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
@@ -87,18 +88,26 @@ def build_java(out: Path) -> list[str]:
 BUILDERS = {"typescript": build_typescript, "go": build_go, "java": build_java}
 
 
-@pytest.fixture(scope="module")
-def clients() -> dict[str, list[str] | None]:
-    """Each language's client command, built on first use (None until then)."""
-    return {language: None for language in LANGUAGES}
+@pytest.fixture(scope="session")
+def builds(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """Where the clients are built: one directory for the whole run, shared by the xdist
+    workers (their base temp dirs sit side by side in it), so each language is built once
+    whichever worker needs it first. A toolchain build is tens of seconds of CPU (grpc-go
+    from source, javac over the stubs), and the TypeScript build writes into the checkout,
+    which two workers must not do at once."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if worker_id != "master" else base) / "stub-client-builds"
+    root.mkdir(exist_ok=True)
+    return root
 
 
-def client_command(clients: dict[str, list[str] | None], language: str, out: Path,
-                   target: str, episodes: int) -> list[str]:
-    if clients[language] is None:
-        out.mkdir(parents=True, exist_ok=True)
-        clients[language] = BUILDERS[language](out)
-    cmd = list(clients[language] or [])
+def client_command(builds: Path, language: str, target: str, episodes: int) -> list[str]:
+    out, command = builds / language, builds / f"{language}.json"
+    with FileLock(builds / f"{language}.lock"):  # the other workers wait for the build
+        if not command.exists():  # a failed build leaves none: the next test builds again
+            out.mkdir(exist_ok=True)
+            command.write_text(json.dumps(BUILDERS[language](out)))
+    cmd = json.loads(command.read_text())
     if language == "go":
         return [*cmd, target, "-episodes", str(episodes)]
     if language == "java":
@@ -171,10 +180,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Itera
 
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_example_client_survives_server_restart(
-    language: str, server: ServerProcess, clients: dict[str, list[str] | None], tmp_path: Path,
+    language: str, server: ServerProcess, builds: Path,
 ) -> None:
     episodes = 3
-    cmd = client_command(clients, language, tmp_path / "build", server.target, episodes)
+    cmd = client_command(builds, language, server.target, episodes)
     if server.proc is None or server.proc.poll() is not None:
         server.start(timeout=300)  # an earlier test left it down
     client = Client.start(cmd)
@@ -213,11 +222,10 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> I
 
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_example_client_connects_with_tls_and_api_key(
-    language: str, tls_server: tuple[ServerProcess, Path], clients: dict[str, list[str] | None],
-    tmp_path: Path,
+    language: str, tls_server: tuple[ServerProcess, Path], builds: Path,
 ) -> None:
     server, cert = tls_server
-    cmd = client_command(clients, language, tmp_path / "build", server.target, 1)
+    cmd = client_command(builds, language, server.target, 1)
     env = {"SWARMRL_TLS_CA": str(cert)}
 
     denied = Client.start(cmd, {**env, "SWARMRL_API_KEY": "wrong-key"})
