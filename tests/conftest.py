@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import run_dir
+
 # Servers on loopback (make_server and the fixtures built on it); the session's vLLM server.
 pytest_plugins = ("tests.server_fixtures", "tests.engine_fixtures")
 
@@ -79,16 +81,23 @@ def _torch_threads() -> None:
 
 
 @pytest.fixture(scope="session")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A model cache shared by the session's in-process and subprocess servers."""
-    return tmp_path_factory.mktemp("model-cache")
+def model_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A model cache shared by the session's in-process and subprocess servers, and by the
+    xdist workers: a model is built once per run (a build is atomic, models/_atomic.py,
+    so two builders never leave half a model)."""
+    cache = run_dir(tmp_path_factory, worker_id) / "model-cache"
+    cache.mkdir(exist_ok=True)
+    return cache
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(model_cache: Path) -> Path:
+    from filelock import FileLock
+
     from swarmrl_server.models import resolve_model
 
-    return resolve_model("tiny", model_cache)
+    with FileLock(model_cache / "tiny.lock"):  # the other workers wait, then reuse it
+        return resolve_model("tiny", model_cache)
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,13 @@ def wait_until(check: Callable[[], bool], timeout: float = 30.0, what: str = "co
         time.sleep(0.02)
 
 
+def run_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A directory of this test run shared by its xdist workers (their base temp dirs sit
+    side by side in it), for what each would otherwise build for itself."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if worker_id != "master" else base
+
+
 def need(ok: bool, what: str) -> None:
     """A missing toolchain fails under `make test`, which installs every one (and says so
     with SWARMRL_REQUIRE_STUB_TOOLCHAINS=1), and skips in a bare pytest run."""

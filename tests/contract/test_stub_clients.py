@@ -31,7 +31,7 @@ from swarmrl_proto.v1 import admin_service_pb2, session_service_pb2
 from swarmrl_proto.v1 import episode_service_pb2 as ep_pb
 from swarmrl_proto.v1 import episode_service_pb2_grpc as ep_grpc
 from swarmrl_proto.v1 import types_pb2 as t_pb
-from tests.helpers import REPO, ServerProcess, free_port, need, wait_until
+from tests.helpers import REPO, ServerProcess, free_port, need, run_dir, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -91,12 +91,10 @@ BUILDERS = {"typescript": build_typescript, "go": build_go, "java": build_java}
 @pytest.fixture(scope="session")
 def builds(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """Where the clients are built: one directory for the whole run, shared by the xdist
-    workers (their base temp dirs sit side by side in it), so each language is built once
-    whichever worker needs it first. A toolchain build is tens of seconds of CPU (grpc-go
+    workers, so each language is built once whichever worker needs it first. A toolchain build is tens of seconds of CPU (grpc-go
     from source, javac over the stubs), and the TypeScript build writes into the checkout,
     which two workers must not do at once."""
-    base = tmp_path_factory.getbasetemp()
-    root = (base.parent if worker_id != "master" else base) / "stub-client-builds"
+    root = run_dir(tmp_path_factory, worker_id) / "stub-client-builds"
     root.mkdir(exist_ok=True)
     return root
 
