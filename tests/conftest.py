@@ -101,9 +101,12 @@ def tiny_model_dir(model_cache: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def textworld_games(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One directory of compiled TextWorld games per worker. A game is made from its level
-    and seed alone, and examples/textworld/env.py reuses a game file it finds, so tests
-    that play the same games share them instead of each compiling them again (Inform 7,
-    about a second a game). A test that edits a games directory makes its own."""
-    return tmp_path_factory.mktemp("textworld-games")
+def textworld_games(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """One directory of compiled TextWorld games per test run, shared by the xdist
+    workers. A game is made from its level and seed alone, and examples/textworld/env.py
+    reuses a game file it finds (and renames a new one into place whole), so tests that
+    play the same games share them instead of each compiling them again (Inform 7, about
+    a second a game). A test that edits a games directory makes its own."""
+    games = run_dir(tmp_path_factory, worker_id) / "textworld-games"
+    games.mkdir(exist_ok=True)
+    return games

@@ -10,7 +10,8 @@
 what ``tw-make custom`` runs) makes every game at the ``level`` (`LEVELS`): train games
 from seeds ``1..train_games``, val from ``VAL_SEED_BASE + 1..``, test from
 ``TEST_SEED_BASE + 1..`` (the held-out set of the earlier runs). They are compiled once
-into ``games_dir`` and reused. An item's content is its game file's bytes, so a game
+into ``games_dir`` and reused; a game is compiled in a directory of its own and then
+renamed into place, so runs sharing ``games_dir`` never read half a game. An item's content is its game file's bytes, so a game
 compiled twice under different seeds is still caught by the runner's split check.
 
 **Playing.** `examples.textworld.agent.play` (an ordinary ``openai`` client program,
@@ -24,6 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import shutil
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -57,11 +61,17 @@ def make_games(level: int, seeds: list[int], games_dir: Path) -> list[Path]:
             for key, value in LEVELS[level].items():
                 setattr(options, key, value)
             options.seeds = seed
-            options.path = str(path)
+            # TextWorld writes the .json first and the .z8 as Inform compiles: build
+            # aside, then rename (the .json last: with both there, the game is whole).
+            build = path.parent / f".{path.stem}-{uuid.uuid4().hex}"
+            options.path = str(build / path.name)
             options.file_ext = ".z8"
             options.force_recompile = True
             with GAME_LOCK:
                 compile_game(make_game(options), options)
+            os.replace(build / path.name, path)
+            os.replace(build / path.with_suffix(".json").name, path.with_suffix(".json"))
+            shutil.rmtree(build, ignore_errors=True)
         out.append(path)
     return out
 
