@@ -17,9 +17,8 @@ pytest_plugins = ("tests.server_fixtures", "tests.engine_fixtures")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-VLLM_FIXTURES = frozenset({"vllm_url", "vllm_lora_url", "own_vllm_url"})
-"""Fixtures that launch a real `vllm serve` (tests/engine_fixtures.py; test_vllm_interrupt.py's
-module server)."""
+VLLM_FIXTURES = frozenset({"vllm_url", "vllm_lora_url"})
+"""Fixtures that launch a real `vllm serve` (tests/engine_fixtures.py)."""
 
 
 def in_vllm_group(nodeid: str) -> bool:

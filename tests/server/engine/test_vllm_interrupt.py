@@ -1,5 +1,5 @@
-"""Interruptible weight syncs on a real `vllm serve` (from .venv-vllm: this module's own;
-the session's LoRA server for LoRA):
+"""Interruptible weight syncs on a real `vllm serve` (from .venv-vllm: the session's
+servers, the LoRA one for LoRA):
 the call in flight is stopped at the last token it streamed (its request aborted),
 resubmitted as prompt + tokens after the reload, and returns as one call.
 
@@ -10,7 +10,9 @@ resubmitted as prompt + tokens after the reload, and returns as one call.
   call's tokens, text and finish;
 - LoRA: an interrupting adapter load moves the call to the new adapter (spans [1, 2],
   each with its adapter's logprobs).
-The tests that change the server's weights put the original ones back.
+Each test first pushes the weights it starts from (other tests, such as
+tests/server/trainer/test_trainer_vllm.py, leave the session's server on trained weights),
+and the tests that change the server's weights put the original ones back.
 
 The sync surely lands mid-call: the call is held once it has streamed `HOLD_AT` tokens
 (tests/vllm_support.py: the engine's reader sees a server pausing between two chunks),
@@ -21,7 +23,7 @@ test asserts that it did: spans [v, v + 1] split at `Hold.passed`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ import torch
 
 from swarmrl_server.engine.base import Engine, GenerationOutput, SamplingParams
 from swarmrl_server.engine.vllm.engine import VLLMEngine
-from tests.engine_fixtures import launch_vllm, random_adapters
+from tests.engine_fixtures import random_adapters
 from tests.interrupt_support import PROMPT, assert_spans_exact, run_call, versions
 from tests.vllm_support import Hold, hold_calls
 
@@ -41,15 +43,6 @@ HOLD_AT = 3
 MAX_TOKENS = 100
 SYNC_TIMEOUT_S = 60
 """How long a sync may take before the held call is released anyway (and the test fails)."""
-
-
-@pytest.fixture(scope="module")
-def own_vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[str]:
-    """This module's own `vllm serve` of the tiny model: a server no other test has driven
-    (on the session's server the first test failed after tests/server/trainer/test_trainer_vllm.py: a
-    first span's logprobs off the base weights)."""
-    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm-interrupt"))
 
 
 async def held_call(engine: Engine, vllm: VLLMEngine, params: SamplingParams,
@@ -78,20 +71,21 @@ async def held_call(engine: Engine, vllm: VLLMEngine, params: SamplingParams,
 
 
 async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
-    own_vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
+    vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
 ) -> None:
     model, v0, v1 = versions
-    engine = VLLMEngine("tiny", tiny_model_dir, urls=[own_vllm_url], trainable=True,
+    engine = VLLMEngine("tiny", tiny_model_dir, urls=[vllm_url], trainable=True,
                         weights_dir=tmp_path / "w")
     await engine.start()
     try:
+        await engine.update_weights(v0, 1)
         params = SamplingParams(temperature=0.7, max_tokens=MAX_TOKENS, seed=3)
         hold, out = await held_call(engine, engine, params,
-                                    lambda: engine.update_weights(v1, 1, interrupt=True))
-        assert out.spans() == [(0, 0, hold.passed), (1, hold.passed, len(out.completion_ids))]
+                                    lambda: engine.update_weights(v1, 2, interrupt=True))
+        assert out.spans() == [(1, 0, hold.passed), (2, hold.passed, len(out.completion_ids))]
         assert len(out.completion_ids) > hold.passed >= HOLD_AT
         assert engine.last_sync is not None and engine.last_sync.resume_s > 0
-        assert_spans_exact(out, model, {0: v0, 1: v1}, 0.7)
+        assert_spans_exact(out, model, {1: v0, 2: v1}, 0.7)
         assert await engine.inflight() == 0  # the interrupted request is gone from vLLM
     finally:
         await engine.update_weights(v0, 100)  # the original weights back (a new version)
@@ -99,10 +93,10 @@ async def test_vllm_interrupted_call_has_two_spans_with_exact_logprobs(
 
 
 async def test_vllm_resumed_on_the_same_weights_is_the_uninterrupted_call(
-    own_vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
+    vllm_url: str, tiny_model_dir: Path, tmp_path: Path, versions: Any
 ) -> None:
     _, v0, v1 = versions
-    engine = VLLMEngine("tiny", tiny_model_dir, urls=[own_vllm_url], trainable=True,
+    engine = VLLMEngine("tiny", tiny_model_dir, urls=[vllm_url], trainable=True,
                         weights_dir=tmp_path / "w")
     await engine.start()
     try:
