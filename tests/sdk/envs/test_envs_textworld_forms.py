@@ -91,7 +91,10 @@ async def test_textworld_plays_alike_natively_through_openenv_and_verifiers(
     from examples.textworld.openenv_env import TextWorldOpenEnv
     from tests.store_support import stored_calls
 
-    game = {"level": 1, "val_games": 1, "max_steps": 3, "games_dir": str(textworld_games)}
+    # One game a split: the runner checks the splits apart by content, so it compiles all
+    # three (with the default counts, 104 games the test never plays).
+    game = {"level": 1, "train_games": 1, "val_games": 1, "test_games": 1, "max_steps": 3,
+            "games_dir": str(textworld_games)}
     config = RunnerConfig(progress=False, eval_sampling=swarmrl.SamplingParams(**GREEDY))
     played = {}
     (native_game,) = TextWorld(**game).items("val")  # compiled here, before any form loads it
