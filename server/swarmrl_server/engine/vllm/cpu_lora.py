@@ -42,11 +42,12 @@ def _lora_matmul(inputs: torch.Tensor, weights: torch.Tensor, out: torch.Tensor,
     x, y, idx = inputs[:n].to(out.dtype), out[:n, :cols], indices[:n]
     if not add:
         y.zero_()
-    for slot in torch.unique(idx).tolist():
+    slots = torch.unique(idx).tolist()
+    for slot in slots:
         if slot < 0:
             continue
         w = weights[slot, :cols].to(out.dtype)
-        if (idx == slot).all():  # the usual batch: one adapter, no gather at all
+        if len(slots) == 1:  # the usual batch: one adapter, no gather at all
             y.add_(x @ w.T, alpha=scale)
             continue
         rows = (idx == slot).nonzero().squeeze(1)
