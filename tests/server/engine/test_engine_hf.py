@@ -193,7 +193,7 @@ async def test_stop_token_ids(engine: HFEngine, prompts) -> None:
 
 
 async def test_max_tokens_and_context_length(tiny, engine: HFEngine, prompts) -> None:
-    _, out = await collect(engine, prompts[0], SamplingParams(temperature=0.5, max_tokens=5))
+    _, out = await collect(engine, prompts[0], SamplingParams(temperature=0.5, max_tokens=5, seed=0))
     assert out.finish_reason == "length" and len(out.completion_ids) == 5
 
     model, tok = tiny
