@@ -7,7 +7,11 @@ Reads the trainer's ``metrics.jsonl`` (one JSON object per step and model, names
 - ``training.png``: loss, KL (verl's ``actor/ppo_kl``, or ``actor/kl_ref``), entropy,
   clip fraction;
 - ``merge.png``: tokens as calls / tokens as timelines (and / packed, when packing);
-- ``throughput.png``: trained tokens/s and episodes/s between steps, and step time.
+- ``throughput.png``: trained tokens/s and episodes/s between steps, and step time;
+- ``validation.png``, when a run dir holds the ``card.json`` of ``swarmrl train``: val
+  success rate (with its Wilson 95% interval) and mean reward at each pinned evaluation,
+  over minutes of training. For each such run it also prints the time-average of both
+  (`ValCurve`), the figure that compares how fast runs learn.
 
 Every run (and model, when a run trains several) is one line; the raw values are
 drawn faint under a moving average.
@@ -22,6 +26,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 TRAINING = (("loss/total", "loss"), (("actor/ppo_kl", "actor/kl_ref"), "KL"),
             ("actor/entropy", "entropy"), ("actor/pg_clipfrac", "clip fraction"))
@@ -63,6 +68,57 @@ class Series:
         return sorted(found)
 
 
+@dataclass
+class ValCurve:
+    """A run's val evaluations (``card.json``'s ``evals`` of split val), over training time.
+
+    The curve joins the evaluations with straight lines; its time-average (the area under
+    it, by the trapezoid rule, over the minutes from the first evaluation to the last) is
+    "val success per wall-clock minute" as one number per run: it rewards a run that
+    reaches a score early, and equals the score for a run that starts and stays there.
+    """
+
+    label: str
+    minutes: list[float]
+    success: list[float]
+    success_ci: list[tuple[float, float]]
+    reward: list[float]
+
+    @classmethod
+    def from_card(cls, label: str, card: dict[str, Any]) -> ValCurve | None:
+        evals = sorted((e for e in card.get("evals", []) if e.get("split") == "val"),
+                       key=lambda e: e.get("train_seconds", 0.0))
+        if not evals:
+            return None
+        figures = [e["figures"] for e in evals]
+        return cls(label, [e.get("train_seconds", 0.0) / 60 for e in evals],
+                   [f.get("success_rate", 0.0) for f in figures],
+                   [(f["success_ci95"][0], f["success_ci95"][1]) if "success_ci95" in f
+                    else (0.0, 0.0) for f in figures],
+                   [f.get("mean_reward", 0.0) for f in figures])
+
+    def time_average(self, ys: Sequence[float]) -> float:
+        """The curve through (minutes, ys) averaged over its minutes (trapezoid rule)."""
+        span = self.minutes[-1] - self.minutes[0]
+        if span <= 0:
+            return ys[-1]
+        area = sum((y0 + y1) / 2 * (t1 - t0) for y0, y1, t0, t1
+                   in zip(ys, ys[1:], self.minutes, self.minutes[1:]))
+        return area / span
+
+
+def load_val_curves(run_dirs: Sequence[Path], labels: Sequence[str]) -> list[ValCurve]:
+    """The val curve of each run dir holding a ``card.json`` with val evaluations."""
+    curves = []
+    for run_dir, label in zip(run_dirs, labels):
+        path = run_dir / "card.json"
+        if path.is_file():
+            curve = ValCurve.from_card(label, json.loads(path.read_text()))
+            if curve is not None:
+                curves.append(curve)
+    return curves
+
+
 def find_metrics(run_dir: Path) -> Path:
     """The run's metrics.jsonl: in the dir, its data/ dir (the demo), or below."""
     for candidate in (run_dir, run_dir / "data"):
@@ -74,13 +130,18 @@ def find_metrics(run_dir: Path) -> Path:
     return found[0]
 
 
-def load_runs(run_dirs: Sequence[Path]) -> list[Series]:
-    """One series per (run, model); a run's label is its directory name."""
-    out: list[Series] = []
+def run_labels(run_dirs: Sequence[Path]) -> list[str]:
+    """Each run's directory name (its full path where two names are the same)."""
     names = [d.resolve().name or str(d) for d in run_dirs]
-    if len(set(names)) < len(names):  # same-named dirs: tell them apart by the full path
+    if len(set(names)) < len(names):
         names = [str(d) for d in run_dirs]
-    for run_dir, name in zip(run_dirs, names):
+    return names
+
+
+def load_runs(run_dirs: Sequence[Path]) -> list[Series]:
+    """One series per (run, model); a run's label is `run_labels`'."""
+    out: list[Series] = []
+    for run_dir, name in zip(run_dirs, run_labels(run_dirs)):
         by_model: dict[str, Series] = {}
         for line in find_metrics(run_dir).read_text().splitlines():
             if not line.strip():
@@ -127,19 +188,23 @@ class _Figure:
         self.window = window
         self._colors: dict[str, str] = {}
 
-    def line(self, panel: int, label: str, xs: list[float], ys: list[float]) -> None:
-        if not xs:
-            return
-        ax = self.axes[panel]
+    def line(self, panel: int, label: str, xs: list[float], ys: list[float]) -> str:
+        """Draws one run's line; returns its color, the same for a label in every panel."""
         color = self._colors.setdefault(label, f"C{len(self._colors) % 10}")
+        if not xs:
+            return color
+        ax = self.axes[panel]
         if self.window > 1:
             ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
-        ax.plot(xs, smooth(ys, self.window), color=color, label=label, linewidth=1.6)
+        ax.plot(xs, smooth(ys, self.window), color=color, label=label, linewidth=1.6,
+                marker="o" if len(xs) < 30 else None, markersize=3)
+        return color
 
-    def save(self, path: Path, titles: Sequence[str], ylabels: Sequence[str]) -> Path:
+    def save(self, path: Path, titles: Sequence[str], ylabels: Sequence[str],
+             xlabel: str = "step") -> Path:
         for ax, title, ylabel in zip(self.axes, titles, ylabels):
             ax.set_title(title)
-            ax.set_xlabel("step")
+            ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
@@ -190,7 +255,26 @@ def plot_runs(run_dirs: Sequence[Path], out_dir: Path, *, window: int = 5) -> li
     written.append(fig.save(out_dir / "throughput.png",
                             ["trained tokens / s", "episodes trained / s", "step time"],
                             ["tokens/s", "episodes/s", "seconds"]))
+    curves = load_val_curves(run_dirs, run_labels(run_dirs))
+    if curves:
+        fig = _Figure("validation (pinned versions)", 2, 1)
+        for c in curves:
+            color = fig.line(0, c.label, c.minutes, c.success)
+            fig.axes[0].fill_between(c.minutes, [lo for lo, _ in c.success_ci],
+                                     [hi for _, hi in c.success_ci], color=color, alpha=0.12)
+            fig.line(1, c.label, c.minutes, c.reward)
+        written.append(fig.save(out_dir / "validation.png",
+                                ["val success rate (Wilson 95%)", "val mean reward"],
+                                ["success rate", "reward"], xlabel="training minutes"))
     return written
+
+
+def val_summary(run_dirs: Sequence[Path]) -> list[str]:
+    """One line per run with val evaluations: its time-averaged val success and reward."""
+    return [f"{c.label}: val over {c.minutes[-1]:.1f} training minutes, time-averaged: "
+            f"success {c.time_average(c.success):.3f}, reward {c.time_average(c.reward):.3f}; "
+            f"last: success {c.success[-1]:.3f}, reward {c.reward[-1]:.3f}"
+            for c in load_val_curves(run_dirs, run_labels(run_dirs))]
 
 
 def build_parser(prog: str = "swarmrl plot") -> argparse.ArgumentParser:
@@ -216,4 +300,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for path in paths:
         print(path)
+    for line in val_summary(args.run_dirs):
+        print(line)
     return 0

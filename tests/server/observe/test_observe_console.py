@@ -105,3 +105,27 @@ def test_plot_writes_one_png_per_task_and_overlays_runs(tmp_path: Path,
             assert img.format == "PNG" and img.width > 300
     assert str(out / "training.png") in capsys.readouterr().out
     assert cli_main(["plot", str(tmp_path / "missing")]) == 1
+
+
+def test_plot_draws_val_curves_from_run_cards_and_prints_their_time_average(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def val(minutes: float, success: float, reward: float) -> dict[str, object]:
+        return {"split": "val", "train_seconds": 60 * minutes, "figures": {
+            "success_rate": success, "success_ci95": [0.0, success + 0.2], "mean_reward": reward}}
+
+    _write_run(tmp_path / "fast", [0.1, 0.2], "t")
+    _write_run(tmp_path / "slow", [0.1, 0.2], "t")
+    (tmp_path / "fast" / "card.json").write_text(json.dumps({"evals": [
+        val(0, 0.0, 0.0), val(10, 0.1, 0.2), {"split": "test", "figures": {}}, val(20, 0.1, 0.4)]}))
+    (tmp_path / "slow" / "card.json").write_text(json.dumps({"evals": [
+        val(20, 0.1, 0.4), val(0, 0.0, 0.0)]}))  # out of order: sorted by training time
+    out = tmp_path / "plots"
+    assert cli_main(["plot", str(tmp_path / "fast"), str(tmp_path / "slow"),
+                     "--out", str(out)]) == 0
+    with Image.open(out / "validation.png") as img:
+        assert img.format == "PNG"
+    printed = capsys.readouterr().out
+    # fast: (0 + 0.1) / 2 * 10 + 0.1 * 10 over 20 minutes; slow: (0 + 0.1) / 2 * 20 over 20
+    assert ("fast: val over 20.0 training minutes, time-averaged: success 0.075, reward 0.200;"
+            " last: success 0.100, reward 0.400") in printed
+    assert "slow: val over 20.0 training minutes, time-averaged: success 0.050, reward 0.200" in printed
