@@ -119,13 +119,15 @@ class Client:
 
     proc: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
 
     @classmethod
     def start(cls, cmd: list[str], env: dict[str, str] | None = None) -> Client:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env={**os.environ, "GRPC_GO_RETRY": "on", **(env or {})})
         client = cls(proc)
-        threading.Thread(target=client._read, daemon=True).start()
+        client.reader = threading.Thread(target=client._read, daemon=True)
+        client.reader.start()
         return client
 
     def _read(self) -> None:
@@ -137,11 +139,16 @@ class Client:
         return [m for m in map(ENDED.match, list(self.lines)) if m]
 
     def wait(self, timeout: float) -> int:
+        """The exit status, once the output is read to its end: the process can exit
+        before the reader thread has taken its last lines from the pipe."""
         try:
-            return self.proc.wait(timeout=timeout)
+            code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise AssertionError("client timed out:\n" + "\n".join(self.lines)) from None
+        assert self.reader is not None
+        self.reader.join(timeout=30)  # EOF comes with the exit: the client has no children
+        return code
 
     @property
     def output(self) -> str:
