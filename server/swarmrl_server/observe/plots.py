@@ -107,10 +107,11 @@ class ValCurve:
         return area / span
 
 
-def load_val_curves(run_dirs: Sequence[Path], labels: Sequence[str]) -> list[ValCurve]:
-    """The val curve of each run dir holding a ``card.json`` with val evaluations."""
+def load_val_curves(run_dirs: Sequence[Path]) -> list[ValCurve]:
+    """The val curve of each run dir holding a ``card.json`` with val evaluations,
+    labelled as `run_labels` labels the run."""
     curves = []
-    for run_dir, label in zip(run_dirs, labels):
+    for run_dir, label in zip(run_dirs, run_labels(run_dirs)):
         path = run_dir / "card.json"
         if path.is_file():
             curve = ValCurve.from_card(label, json.loads(path.read_text()))
@@ -255,7 +256,7 @@ def plot_runs(run_dirs: Sequence[Path], out_dir: Path, *, window: int = 5) -> li
     written.append(fig.save(out_dir / "throughput.png",
                             ["trained tokens / s", "episodes trained / s", "step time"],
                             ["tokens/s", "episodes/s", "seconds"]))
-    curves = load_val_curves(run_dirs, run_labels(run_dirs))
+    curves = load_val_curves(run_dirs)
     if curves:
         fig = _Figure("validation (pinned versions)", 2, 1)
         for c in curves:
@@ -274,7 +275,7 @@ def val_summary(run_dirs: Sequence[Path]) -> list[str]:
     return [f"{c.label}: val over {c.minutes[-1]:.1f} training minutes, time-averaged: "
             f"success {c.time_average(c.success):.3f}, reward {c.time_average(c.reward):.3f}; "
             f"last: success {c.success[-1]:.3f}, reward {c.reward[-1]:.3f}"
-            for c in load_val_curves(run_dirs, run_labels(run_dirs))]
+            for c in load_val_curves(run_dirs)]
 
 
 def build_parser(prog: str = "swarmrl plot") -> argparse.ArgumentParser:
