@@ -7,6 +7,7 @@ port (`trainer.port`), and the swarm sees a trainer only as a `hosting.TrainerHa
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import torch
@@ -38,6 +39,8 @@ async def attach_trainers(
         if not host.trainable:
             continue
         train = TrainerConfig.from_options(per_model[host.name])
+        if train.weight_sync == "auto":
+            train = dataclasses.replace(train, weight_sync=host.engine.weight_sync_default)
         trainer = Trainer(training_port(swarm, host, weight_sync=train.weight_sync), train,
                           start_group=start_group)
         await trainer.start(resume=config.resume)

@@ -163,6 +163,7 @@ class AdapterEngine(Engine):
         self.max_model_len = base.max_model_len
         self.vocab_size = base.vocab_size
         self.full_distribution_only = base.full_distribution_only
+        self.weight_sync_default = base.weight_sync_default
         self.eos_token_ids = base.eos_token_ids
         self.tokenizer = getattr(base, "tokenizer", None)
         self._shared = shared

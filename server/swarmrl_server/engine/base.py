@@ -182,6 +182,11 @@ class Engine(abc.ABC):
     """Refuses sampling under top_p < 1: its recorded logprobs would be the renormalised
     nucleus's, which training cannot recompute (a trainable model on vLLM). Applied with
     the other sampling rules in `episodes.resolve`, before a call reaches the engine."""
+    weight_sync_default: str = "interrupt"
+    """The `weight_sync` a trainer of this engine's model uses when its train options name
+    none (`TrainerConfig.weight_sync`): the one measured to learn faster on this engine.
+    Not measured for learning on the hf engine; interrupt keeps its faster syncs
+    (benchmarks/weight_sync.py). `VLLMEngine` sets its own."""
     _last_sync: SyncTimes | None = None
 
     @property

@@ -68,6 +68,7 @@ class Router(Engine):
         self.max_model_len = first.max_model_len
         self.vocab_size = first.vocab_size
         self.full_distribution_only = first.full_distribution_only
+        self.weight_sync_default = first.weight_sync_default
         self.eos_token_ids = first.eos_token_ids
         self.tokenizer = tokenizer if tokenizer is not None else getattr(first, "tokenizer", None)
         self._ping = ping

@@ -20,7 +20,7 @@ BATCH_RULES = ("episodes", "groups", "varied_groups", "clients")
 PARTIAL_GROUPS = ("wait", "train")
 TASK_MIX_SHORT = ("wait", "fill")
 MODES = ("async", "sync")
-WEIGHT_SYNCS = ("wait", "interrupt")
+WEIGHT_SYNCS = ("auto", "wait", "interrupt")
 CONSTRAINED_CALLS = ("mask", "context")
 
 
@@ -114,16 +114,18 @@ class TrainerConfig:
     mode: str = "async"
     """async: generation keeps running while the trainer works; sync: generation pauses
     from batch-ready until the new weights are served."""
-    weight_sync: str = "interrupt"
+    weight_sync: str = "auto"
     """How new weights reach the calls in flight. wait: they finish on the weights they
     started with, and (hf, vLLM full weights) the sync waits for the longest of them.
     interrupt: each is stopped at a token boundary, the weights are updated, and it
     continues from its prompt + tokens so far under the new version (one call to the
-    client; its record's version_spans say which version made which tokens). The default,
-    from benchmarks/weight_sync.py (32 calls of 64-1,024 tokens, a push every 2 s): sync
-    p50 4.3 s -> 0.02 s (hf) and 15.8 s -> 3.4 s (vLLM), trainer steps/min x3-4, clients
-    blocked 5-450x less; generation tokens/s x0.67 (hf) and x0.88 (vLLM) on CPU, since each
-    push re-prefills the calls in flight: pick wait when that matters more."""
+    client; its record's version_spans say which version made which tokens). auto (the
+    default): the engine's `weight_sync_default`, the one measured to learn faster there.
+    vLLM on CPU: wait (TextWorld level 2, 2 seeds each: time-averaged val success 0.173
+    with wait against 0.086 with interrupt; docs/results/learning.md).
+    hf: interrupt, unmeasured for learning; benchmarks/weight_sync.py (32 calls of
+    64-1,024 tokens, a push every 2 s) has its sync p50 4.3 s -> 0.02 s, trainer steps/min
+    x3-4, generation tokens/s x0.67. The trainer's config file records the resolved value."""
     max_pending: int = 0
     """Back-pressure (async mode): pause generation while more than this many ended
     episodes are ready to train, until half of them are trained (0 = never pause). Keeps

@@ -27,7 +27,8 @@ async def two_models(make_server: ServerFactory) -> RunningServer:
         models=(ModelSpec("proposer", "tiny"), ModelSpec("solver", "tiny:1")),
         train={"progress": "false", "checkpoint_every": "0", "checkpoint_on_stop": "false",
                "group_size": "2", "batch_rule": "episodes", "lr": "1e-3",
-               "max_staleness": "8", "proposer.batch_size": "4", "solver.batch_size": "2"})
+               "max_staleness": "8", "proposer.batch_size": "4", "solver.batch_size": "2",
+               "proposer.weight_sync": "wait"})
 
 
 def metrics(data_dir: Path, model: str) -> list[dict[str, Any]]:
@@ -99,6 +100,17 @@ async def test_per_model_rewards_reach_only_their_models_trainer(two_models: Run
 
 def _check(condition: bool) -> None:
     assert condition
+
+
+async def test_weight_sync_auto_resolves_to_the_engines_default(two_models: RunningServer
+                                                                ) -> None:
+    """The solver names no weight_sync: it gets the hf engine's measured default, and the
+    trainer's config file (what run cards record) holds the resolved value, not "auto"."""
+    data = two_models.swarm.data_dir
+    recorded = {m: json.loads((data / f"trainer-config-{m}.json").read_text())["weight_sync"]
+                for m in ("proposer", "solver")}
+    hf_default = two_models.swarm.models["solver"].engine.weight_sync_default
+    assert recorded == {"proposer": "wait", "solver": hf_default} and hf_default == "interrupt"
 
 
 def test_per_model_train_options_are_checked() -> None:

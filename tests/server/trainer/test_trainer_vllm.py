@@ -8,6 +8,7 @@ token (tests/vllm_support.py) until the sync is seen waiting for it, so it surel
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,9 @@ async def test_one_trainer_step_reaches_vllm_with_its_version(
     host = running.swarm.models["tiny"]
     engine = host.engine
     assert isinstance(engine, VLLMEngine) and engine.max_model_len == MAX_LEN
+    # No weight_sync given: "auto" resolved to vLLM's measured default, and recorded so.
+    config = json.loads((running.swarm.data_dir / "trainer-config-tiny.json").read_text())
+    assert config["weight_sync"] == VLLMEngine.weight_sync_default == "wait"
     try:
         async with swarmrl.AsyncSwarmClient(running.grpc_target) as client:
             before = []
