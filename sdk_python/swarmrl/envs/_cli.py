@@ -249,7 +249,10 @@ async def _play(args: argparse.Namespace, command: str, env: Environment, target
 
 
 def _from_card(command: str, argv: Sequence[str]) -> list[str]:
-    """``--from-card CARD [--out DIR]``: the card's own arguments, with a new --out."""
+    """``--from-card CARD [--out DIR]``: the card's own arguments, with a new --out, and
+    every train option the card's server recorded (defaults included) that its arguments
+    did not name, pinned as ``--train-option KEY=VALUE``: a default changed since (as
+    weight_sync's did) must not change the repeated run."""
     p = argparse.ArgumentParser(prog=f"swarmrl {command} --from-card")
     p.add_argument("--from-card", type=Path, required=True)
     p.add_argument("--out", type=Path)
@@ -265,7 +268,28 @@ def _from_card(command: str, argv: Sequence[str]) -> list[str]:
         del old[i:i + 2]
     old = [a for a in old if not a.startswith("--out=")]
     out = known.out or Path("runs") / f"{card['env']['label']}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return [*old, "--out", str(out)]
+    return [*old, *_pinned_train_options(card, old), "--out", str(out)]
+
+
+def _pinned_train_options(card: dict[str, Any], argv: list[str]) -> list[str]:
+    """``--train-option`` pairs for the recorded effective options `argv` does not name."""
+    recorded = card.get("server", {}).get("train_options") or {}
+    if len(recorded) != 1:  # attached (none recorded), or not one trained model
+        return []
+    given = set()
+    for i, arg in enumerate(argv):
+        pair = argv[i + 1] if arg == "--train-option" and i + 1 < len(argv) else (
+            arg.removeprefix("--train-option=") if arg.startswith("--train-option=") else "")
+        if pair:
+            given.add(pair.partition("=")[0])
+
+    def text(value: Any) -> str:
+        return "none" if value is None else str(value).lower() if isinstance(value, bool) \
+            else str(value)
+
+    (options,) = recorded.values()
+    return [a for key, value in sorted(options.items()) if key not in given
+            for a in ("--train-option", f"{key}={text(value)}")]
 
 
 class ServerExited(RuntimeError):

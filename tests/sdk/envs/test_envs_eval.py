@@ -184,10 +184,17 @@ def test_a_train_run_tests_once_on_the_best_val_checkpoint(tmp_path: Path,
     assert card["server"]["train_options"]["tiny"]["group_size"] == 2  # every option, given or not
     assert "lr" in card["server"]["train_options"]["tiny"] and card["packages"]["torch"]
     assert (out / "card.md").read_text().startswith("# Run card: train")
-    # The card repeats its run: the same arguments, a new folder.
+    # The card repeats its run: the same arguments, a new folder, and every option the
+    # card recorded pinned, so a default changed since changes nothing. The card is made
+    # to record weight_sync=wait, as if "auto" had meant wait when it ran (hf's is interrupt).
+    assert card["server"]["train_options"]["tiny"]["weight_sync"] == "interrupt"
+    card["server"]["train_options"]["tiny"]["weight_sync"] = "wait"
+    (out / "card.json").write_text(json.dumps(card))
     again = tmp_path / "again"
     _swarmrl("train", "--from-card", str(out / "card.json"), "--out", str(again))
     repeat = json.loads((again / "card.json").read_text())
     strip = [a for a in card["argv"] if a not in ("--out", str(out))]
-    assert [a for a in repeat["argv"] if a not in ("--out", str(again))] == strip
+    repeated = [a for a in repeat["argv"] if a not in ("--out", str(again))]
+    assert repeated[:len(strip)] == strip and "weight_sync=wait" in repeated[len(strip):]
+    assert repeat["server"]["train_options"] == card["server"]["train_options"]
     assert repeat["splits"] == card["splits"]
