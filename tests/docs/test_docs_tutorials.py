@@ -79,7 +79,12 @@ def test_every_tutorial_has_code() -> None:
 @pytest.mark.parametrize("page", [p for p in TUTORIALS if p.name != "index.md"],
                          ids=lambda p: p.stem)
 def test_tutorial_runs(page: Path, tutorial_server: ServerProcess, tmp_path: Path,
-                       monkeypatch: pytest.MonkeyPatch) -> None:
+                       monkeypatch: pytest.MonkeyPatch, textworld_games: Path) -> None:
+    # The pages' TextWorld games (runs/textworld-games) are the suite's shared ones: the
+    # same level and seed make the same game, compiled once (tests/conftest.py).
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "textworld-games").symlink_to(textworld_games)
+
     def local(code: str) -> str:
         return (code.replace("127.0.0.1:50051", tutorial_server.target)
                 .replace("127.0.0.1:8000", f"127.0.0.1:{tutorial_server.http_port}"))
