@@ -20,7 +20,7 @@ from tests.helpers import REPO
 def test_demo_trains_serves_new_weights_and_writes_its_outputs(tmp_path: Path, model_cache: Path) -> None:
     out = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "examples.demo", "--out", str(out), "--rl-episodes", "192",
+        [sys.executable, "-m", "examples.demo", "--out", str(out), "--rl-episodes", "96",
          "--rl-minutes", "2",
          "--sft-steps", "30", "--clients", "2", "--cache-dir", str(model_cache)],
         cwd=REPO, capture_output=True, text=True, timeout=400,
