@@ -268,24 +268,21 @@ def _from_card(command: str, argv: Sequence[str]) -> list[str]:
         del old[i:i + 2]
     old = [a for a in old if not a.startswith("--out=")]
     out = known.out or Path("runs") / f"{card['env']['label']}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return [*old, *_pinned_train_options(card, old), "--out", str(out)]
+    return [*old, *_pinned_train_options(card, _parser(command).parse_args(old)),
+            "--out", str(out)]
 
 
-def _pinned_train_options(card: dict[str, Any], argv: list[str]) -> list[str]:
-    """``--train-option`` pairs for the recorded effective options `argv` does not name."""
+def _pinned_train_options(card: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """``--train-option`` pairs for the recorded effective options `args` does not name."""
     recorded = card.get("server", {}).get("train_options") or {}
     if len(recorded) != 1:  # attached (none recorded), or not one trained model
         return []
-    given = set()
-    for i, arg in enumerate(argv):
-        pair = argv[i + 1] if arg == "--train-option" and i + 1 < len(argv) else (
-            arg.removeprefix("--train-option=") if arg.startswith("--train-option=") else "")
-        if pair:
-            given.add(pair.partition("=")[0])
+    given = {pair.partition("=")[0] for pair in getattr(args, "train_option", [])}
 
     def text(value: Any) -> str:
-        return "none" if value is None else str(value).lower() if isinstance(value, bool) \
-            else str(value)
+        if value is None:
+            return "none"
+        return str(value).lower() if isinstance(value, bool) else str(value)
 
     (options,) = recorded.values()
     return [a for key, value in sorted(options.items()) if key not in given
