@@ -161,7 +161,8 @@ def _rss_bytes(pid: int) -> int:
 def test_memory_returns_to_baseline_after_oversized_requests(tiny_model_dir: Any, model_cache: Any,
                                                             tmp_path: Any) -> None:
     """20 oversized prompts (10 over HTTP, 10 over gRPC, 8 MiB each) against a server
-    process: every one is refused, and its RSS ends within 10 % of where it started.
+    process: every one is refused, and its RSS ends (within 10 s of the last) within 10 % of
+    where it started.
 
     The baseline is taken after two oversized requests per door: the first ones size
     gRPC's and the allocator's buffers once (about 30 MiB that stay for reuse); what
@@ -211,7 +212,12 @@ def test_memory_returns_to_baseline_after_oversized_requests(tiny_model_dir: Any
                             episode_id=ep.episode_id, chat=ep_pb.ChatInput(messages=[
                                 t_pb.ChatMessage(role=t_pb.ROLE_USER, content=huge)]))))
                     peak = max(peak, _rss_bytes(pid))
-                await asyncio.sleep(0.5)
+                # The last refusals' buffers are freed once the server is done with them,
+                # which a loaded machine delays: wait for that (10 s at most), then check.
+                deadline = asyncio.get_running_loop().time() + 10.0
+                while (abs(_rss_bytes(pid) - baseline) > 0.10 * baseline
+                       and asyncio.get_running_loop().time() < deadline):
+                    await asyncio.sleep(0.25)
                 return baseline, peak, _rss_bytes(pid)
 
         baseline, peak, after = asyncio.run(run())
