@@ -17,7 +17,7 @@ pytest_plugins = ("tests.server_fixtures", "tests.engine_fixtures")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-VLLM_FIXTURES = frozenset({"vllm_url", "vllm_lora_url"})
+VLLM_FIXTURES = frozenset({"vllm_url"})
 """Fixtures that launch a real `vllm serve` (tests/engine_fixtures.py)."""
 
 

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 MAX_LEN = 128
 """Context length of the test engines (short: the limit is cheap to reach)."""
 LONG_CONTEXT = 1024
-"""Context length of the vLLM servers whose tests time a kill against a call in flight
-(tests/server/engine/test_vllm_crash.py): a call of ~1,000 tokens still runs seconds after it started,
+"""Context length of the session's vLLM server and of those whose tests time a kill against
+a call in flight (tests/server/engine/test_vllm_crash.py): a call of ~1,000 tokens still runs seconds after it started,
 even when the test reads its stream well behind the server (a loaded machine). Weight
 syncs are timed by holding the call instead (tests/vllm_support.py)."""
 
@@ -37,19 +37,16 @@ VLLM_PYTHON = Path(os.environ.get("SWARMRL_VLLM_PYTHON") or REPO / ".venv-vllm" 
 
 @pytest.fixture(scope="session")
 def vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """URL of a real `vllm serve` of the tiny model (fp32, max_model_len MAX_LEN)."""
-    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm"))
-
-
-@pytest.fixture(scope="session")
-def vllm_lora_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-                  ) -> Iterator[str]:
-    """URL of a real `vllm serve --enable-lora` of the tiny model (2 adapters of rank <= 8,
-    loaded at runtime; context `LONG_CONTEXT`), launched as `VLLMEngine` launches one for
-    LoRA models."""
+    """URL of the session's real `vllm serve --enable-lora` of the tiny model (fp32,
+    context `LONG_CONTEXT`, 2 adapters of rank <= 8 loaded at runtime), launched as
+    `VLLMEngine` launches one for LoRA models. One server for every vLLM test: a launch
+    costs ~35 CPU-s (three processes importing torch and vLLM), and vLLM reloads full
+    weights on a LoRA-enabled server (the LoRA layers' base weights) as on a plain one.
+    Tests that need a shorter context give their engine `max_model_len=MAX_LEN` (an engine
+    keeps the smaller of its own and its server's)."""
     from swarmrl_server.engine.adapter import LoraSlots
 
-    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm-lora"),
+    yield from launch_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm"),
                            max_model_len=LONG_CONTEXT,
                            extra_args=LoraSlots(2, 8).serve_args(),
                            extra_env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
@@ -108,7 +105,8 @@ async def make_engine(kind: str, model_dir: Path, vllm_url: str = "", **kwargs: 
     elif kind == "vllm":
         from swarmrl_server.engine.vllm.engine import VLLMEngine
 
-        engine = VLLMEngine(kind, model_dir, urls=[vllm_url], **kwargs)  # type: ignore[arg-type]
+        engine = VLLMEngine(kind, model_dir, urls=[vllm_url], max_model_len=MAX_LEN,
+                            **kwargs)  # type: ignore[arg-type]
     else:
         raise ValueError(kind)
     await engine.start()

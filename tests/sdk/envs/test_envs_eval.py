@@ -68,7 +68,7 @@ async def training_server(request: pytest.FixtureRequest, make_server: ServerFac
     from swarmrl_server.config import ModelSpec
 
     if request.param == "vllm":
-        url = request.getfixturevalue("vllm_lora_url")
+        url = request.getfixturevalue("vllm_url")
         spec = ModelSpec("tiny", "tiny", engine="vllm", urls=(url,))
     else:
         spec = ModelSpec("tiny", "tiny")

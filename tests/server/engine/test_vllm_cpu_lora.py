@@ -120,11 +120,11 @@ def test_grouped_ops_equal_vllms_own_ops_on_every_token_with_an_adapter() -> Non
 
 
 @pytest.mark.slow
-def test_a_launched_lora_server_runs_them_in_its_engine_process(vllm_lora_url: str) -> None:
+def test_a_launched_lora_server_runs_them_in_its_engine_process(vllm_url: str) -> None:
     """The model runs in a worker that vLLM's CPU engine core spawns: the ops must be
     installed in every process vLLM logs from (API server, engine core, worker), not only
     in the one the launcher starts."""
-    log = VLLM_LOGS[vllm_lora_url].read_text()
+    log = VLLM_LOGS[vllm_url].read_text()
     installed = set(re.findall(r"swarmrl: LoRA ops from cpu_lora\.py \(pid (\d+)\)", log))
     processes = dict(re.findall(r"^\((\w+?)(?:_DP\d+)? pid=(\d+)\)", log, re.M))
     assert {"APIServer", "EngineCore", "Worker"} <= processes.keys(), log[-2000:]

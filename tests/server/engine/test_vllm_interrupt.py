@@ -131,7 +131,7 @@ def first_new_string(text: str) -> tuple[int, str]:
 
 
 async def test_vllm_adapter_calls_resume_on_the_new_adapter(
-    vllm_lora_url: str, tiny_model_dir: Path, tmp_path: Path
+    vllm_url: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     from peft import set_peft_model_state_dict
 
@@ -139,7 +139,7 @@ async def test_vllm_adapter_calls_resume_on_the_new_adapter(
     from swarmrl_server.trainer import lora
 
     model, tensors = random_adapters(tiny_model_dir, (1, 2))
-    base = VLLMEngine("resumed", tiny_model_dir, urls=[vllm_lora_url], trainable=True,
+    base = VLLMEngine("resumed", tiny_model_dir, urls=[vllm_url], trainable=True,
                       weights_dir=tmp_path / "w")
     view = AdapterEngine("resumed", base, LoraSpec(rank=8, alpha=16), shared=[])
     await view.start()

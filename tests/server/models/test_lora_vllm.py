@@ -41,8 +41,8 @@ HOLD_AT = 3
 
 
 @pytest.fixture
-async def two_adapters(vllm_lora_url: str, make_server: ServerFactory) -> RunningServer:
-    models = tuple(ModelSpec(n, "tiny", engine="vllm", urls=(vllm_lora_url,)) for n in "ab")
+async def two_adapters(vllm_url: str, make_server: ServerFactory) -> RunningServer:
+    models = tuple(ModelSpec(n, "tiny", engine="vllm", urls=(vllm_url,)) for n in "ab")
     return await make_server(models=models, train=TRAIN)
 
 
@@ -110,7 +110,7 @@ async def test_two_adapters_on_one_vllm_server_train_at_once(two_adapters: Runni
 
 
 async def test_a_call_finishes_on_the_adapter_version_it_started_on(
-    vllm_lora_url: str, tiny_model_dir: Path, tmp_path: Path
+    vllm_url: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     """Loading version 2 does not wait for calls on version 1: they finish on it (stamped
     1, with version 1's logprobs) while new calls start on version 2; version 1 is then
@@ -122,7 +122,7 @@ async def test_a_call_finishes_on_the_adapter_version_it_started_on(
 
     model, versions = random_adapters(tiny_model_dir, (1, 2))
     spec = LoraSpec(rank=8, alpha=16)
-    base = VLLMEngine("m", tiny_model_dir, urls=[vllm_lora_url], trainable=True,
+    base = VLLMEngine("m", tiny_model_dir, urls=[vllm_url], trainable=True,
                       weights_dir=tmp_path / "w")
     view = AdapterEngine("m", base, spec, shared=[])
     await view.start()

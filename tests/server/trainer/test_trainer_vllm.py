@@ -21,7 +21,7 @@ from swarmrl_server.engine.vllm.server import VLLMServer
 from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest, resolve_sampling
 from swarmrl_server.errors import SwarmError
 from swarmrl_server.security import IN_PROCESS
-from tests.engine_fixtures import MAX_LEN
+from tests.engine_fixtures import LONG_CONTEXT
 from tests.helpers import assert_eventually
 from tests.server_fixtures import ServerFactory
 from tests.serving_support import PROMPT, collect, run
@@ -53,7 +53,7 @@ async def test_one_trainer_step_reaches_vllm_with_its_version(
     )
     host = running.swarm.models["tiny"]
     engine = host.engine
-    assert isinstance(engine, VLLMEngine) and engine.max_model_len == MAX_LEN
+    assert isinstance(engine, VLLMEngine) and engine.max_model_len == LONG_CONTEXT  # the server's
     # No weight_sync given: "auto" resolved to vLLM's measured default, and recorded so.
     config = json.loads((running.swarm.data_dir / "trainer-config-tiny.json").read_text())
     assert config["weight_sync"] == VLLMEngine.weight_sync_default == "wait"
