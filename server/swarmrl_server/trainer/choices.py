@@ -2,9 +2,10 @@
 of the trainer, so that `config` validates every option without importing anything
 above it.
 
-- verl's registries (advantage estimators, policy losses), read lazily: importing verl
-  takes seconds and pulls in ray and tensordict, and `swarmrl serve --help` needs none
-  of it;
+- verl's registries (advantage estimators, policy losses), read lazily and only for a
+  name other than the default: importing verl takes ~8 CPU-s and pulls in torch, ray and
+  tensordict, and `swarmrl serve --help`, or `study run` checking its runs' options,
+  needs none of it;
 - the loss aggregation modes and KL estimators verl accepts but keeps no registry of;
 - the devices (`auto|cpu|cuda|cuda:N`), resolved against what torch sees.
 
@@ -37,6 +38,11 @@ NEEDS_MORE_THAN_REWARDS = {
     "gdpo": "multi-dimensional rewards",
 }
 """Registered estimators that need inputs an episode's outcome reward cannot provide."""
+
+DEFAULT_ADV_ESTIMATOR = "grpo"
+DEFAULT_POLICY_LOSS = "vanilla"
+"""TrainerConfig's defaults: both in verl's registries (tests/server/trainer/
+test_trainer_algorithms.py checks), so validating them needs no import of verl."""
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -76,12 +82,13 @@ def check_names(
             f"adv_estimator={adv_estimator!r} needs {NEEDS_MORE_THAN_REWARDS[adv_estimator]}, "
             f"which swarmrl does not provide; valid: {', '.join(valid_adv_estimators())}"
         )
-    if adv_estimator not in core_algos().ADV_ESTIMATOR_REGISTRY:
+    if (adv_estimator != DEFAULT_ADV_ESTIMATOR
+            and adv_estimator not in core_algos().ADV_ESTIMATOR_REGISTRY):
         raise UnknownName(
             f"unknown adv_estimator {adv_estimator!r}; valid (verl's registry): "
             f"{', '.join(valid_adv_estimators())}"
         )
-    if policy_loss not in core_algos().POLICY_LOSS_REGISTRY:
+    if policy_loss != DEFAULT_POLICY_LOSS and policy_loss not in core_algos().POLICY_LOSS_REGISTRY:
         raise UnknownName(
             f"unknown policy_loss {policy_loss!r}; valid (verl's registry): "
             f"{', '.join(valid_policy_losses())}"

@@ -33,9 +33,9 @@ class TrainerConfig:
     """How a model is trained on the episodes clients end."""
 
     # -- algorithm (names from verl.trainer.ppo.core_algos registries) -----------------
-    adv_estimator: str = "grpo"
+    adv_estimator: str = choices.DEFAULT_ADV_ESTIMATOR
     """verl advantage estimator: grpo, rloo, reinforce_plus_plus, ... (outcome estimators)."""
-    policy_loss: str = "vanilla"
+    policy_loss: str = choices.DEFAULT_POLICY_LOSS
     """verl policy loss: vanilla (PPO-clip), gspo, cispo, ... (verl's POLICY_LOSS_REGISTRY)."""
     loss_agg_mode: str = "token-mean"
     """verl agg_loss mode. A "sequence" is an episode (its generated tokens across all of its

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -106,10 +108,29 @@ def test_valid_names_are_verls_registries() -> None:
 
     assert set(algorithms.valid_policy_losses()) == set(core_algos.POLICY_LOSS_REGISTRY)
     assert {"grpo", "rloo", "reinforce_plus_plus"} <= set(algorithms.valid_adv_estimators())
+    # The defaults, which validating does not look up (choices.DEFAULT_*), are registered.
+    config = TrainerConfig()
+    assert config.adv_estimator in algorithms.valid_adv_estimators()
+    assert config.policy_loss in core_algos.POLICY_LOSS_REGISTRY
     with pytest.raises(TrainerConfigError, match="critic"):
         TrainerConfig.from_options({"adv_estimator": "gae"})
     for mode in algorithms.LOSS_AGG_MODES:  # each mode is one verl's agg_loss knows
         core_algos.agg_loss(torch.ones(2, 3), torch.ones(2, 3), mode)
+
+
+def test_validating_the_default_algorithms_does_not_import_verl() -> None:
+    """`study run` validates every run's options; verl costs ~8 CPU-s to import."""
+    code = ("import sys\n"
+            "from swarmrl_server.trainer.config import TrainerConfig\n"
+            "TrainerConfig.from_options({'lr': '1e-4', 'batch_size': '4'})\n"
+            "assert 'verl' not in sys.modules, 'verl was imported'\n"
+            "try:\n"
+            "    TrainerConfig.from_options({'policy_loss': 'made_up'})\n"
+            "except ValueError as e:\n"
+            "    assert 'made_up' in str(e)\n"
+            "assert 'verl' in sys.modules  # another name is looked up in verl's registry\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_bad_option_keys_and_values_are_rejected() -> None:
