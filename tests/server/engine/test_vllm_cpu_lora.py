@@ -106,6 +106,7 @@ print(json.dumps(diff))
 """
 
 
+@pytest.mark.vllm  # runs in .venv-vllm, which `make test-fast` does not build
 def test_grouped_ops_equal_vllms_own_ops_on_every_token_with_an_adapter() -> None:
     assert VLLM_PYTHON.exists(), "make test builds .venv-vllm (make .venv-vllm/.installed)"
     out = subprocess.run([str(VLLM_PYTHON), "-c", ORACLE,

@@ -119,16 +119,12 @@ def test_valid_names_are_verls_registries() -> None:
 
 
 def test_validating_the_default_algorithms_does_not_import_verl() -> None:
-    """`study run` validates every run's options; verl costs ~8 CPU-s to import."""
+    """`study run` validates every run's options; verl costs ~8 CPU-s to import. (Other
+    names are looked up in verl's registry: test_unknown_names_fail_at_startup_listing_the_valid_ones.)"""
     code = ("import sys\n"
             "from swarmrl_server.trainer.config import TrainerConfig\n"
             "TrainerConfig.from_options({'lr': '1e-4', 'batch_size': '4'})\n"
-            "assert 'verl' not in sys.modules, 'verl was imported'\n"
-            "try:\n"
-            "    TrainerConfig.from_options({'policy_loss': 'made_up'})\n"
-            "except ValueError as e:\n"
-            "    assert 'made_up' in str(e)\n"
-            "assert 'verl' in sys.modules  # another name is looked up in verl's registry\n")
+            "assert 'verl' not in sys.modules, 'verl was imported'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
 
