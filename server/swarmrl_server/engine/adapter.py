@@ -160,11 +160,7 @@ class AdapterEngine(Engine):
         self.name = name
         self.base = base
         self.spec = spec
-        self.max_model_len = base.max_model_len
-        self.vocab_size = base.vocab_size
-        self.full_distribution_only = base.full_distribution_only
-        self.weight_sync_default = base.weight_sync_default
-        self.eos_token_ids = base.eos_token_ids
+        self._serve_like(base)
         self.tokenizer = getattr(base, "tokenizer", None)
         self._shared = shared
         self._running = False

@@ -189,6 +189,16 @@ class Engine(abc.ABC):
     (benchmarks/weight_sync.py). `VLLMEngine` sets its own."""
     _last_sync: SyncTimes | None = None
 
+    def _serve_like(self, inner: Engine) -> None:
+        """Takes `inner`'s model facts (context, vocabulary, end tokens, sampling rule,
+        weight-sync default): for an engine that wraps another's model (an adapter view,
+        a router over replicas) and serves it unchanged."""
+        self.max_model_len = inner.max_model_len
+        self.vocab_size = inner.vocab_size
+        self.eos_token_ids = inner.eos_token_ids
+        self.full_distribution_only = inner.full_distribution_only
+        self.weight_sync_default = inner.weight_sync_default
+
     @property
     def last_sync(self) -> SyncTimes | None:
         """Where the latest weight sync's time went; None before one (or for an engine that

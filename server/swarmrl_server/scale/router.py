@@ -65,11 +65,7 @@ class Router(Engine):
         first = replicas[0]
         self.name = name
         self.replicas = list(replicas)
-        self.max_model_len = first.max_model_len
-        self.vocab_size = first.vocab_size
-        self.full_distribution_only = first.full_distribution_only
-        self.weight_sync_default = first.weight_sync_default
-        self.eos_token_ids = first.eos_token_ids
+        self._serve_like(first)
         self.tokenizer = tokenizer if tokenizer is not None else getattr(first, "tokenizer", None)
         self._ping = ping
         self._health_interval_s = health_interval_s
