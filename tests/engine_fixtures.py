@@ -27,9 +27,10 @@ MAX_LEN = 128
 """Context length of the test engines (short: the limit is cheap to reach)."""
 LONG_CONTEXT = 1024
 """Context length of the session's vLLM server and of those whose tests time a kill against
-a call in flight (tests/server/engine/test_vllm_crash.py): a call of ~1,000 tokens still runs seconds after it started,
-even when the test reads its stream well behind the server (a loaded machine). Weight
-syncs are timed by holding the call instead (tests/vllm_support.py)."""
+a call in flight (tests/server/engine/test_vllm_crash.py): a call of ~1,000 tokens still
+runs seconds after it started, even when the test reads its stream well behind the server
+(a loaded machine). Weight syncs are timed by holding the call instead
+(tests/vllm_support.py)."""
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = Path(os.environ.get("SWARMRL_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
@@ -56,7 +57,7 @@ VLLM_LOGS: dict[str, Path] = {}
 """The log of each server `launch_vllm` started, by URL."""
 
 
-def launch_vllm(model_dir: Path, log_dir: Path, max_model_len: int = MAX_LEN, **kwargs: Any
+def launch_vllm(model_dir: Path, log_dir: Path, max_model_len: int, **kwargs: Any
                 ) -> Iterator[str]:
     """Starts `vllm serve` exactly as `LaunchedServer` does, yields its URL, stops it."""
     from swarmrl_server.engine.vllm.server import LaunchedServer
