@@ -14,6 +14,7 @@ from swarmrl_server.config import ServerConfig, default_torch_threads
 from swarmrl_server.engine.adapter import LoraSpec
 from swarmrl_server.episodes.resolve import GenerationPolicy
 from swarmrl_server.grpc.server import SwarmGrpcServer, create_server
+from swarmrl_server.heap import long_lived
 from swarmrl_server.hosting import ModelHost, load_hosts
 from swarmrl_server.http.app import HttpServer, build_app
 from swarmrl_server.security import KeyRing
@@ -142,7 +143,8 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
 
 async def serve(config: ServerConfig) -> None:
     """Runs until SIGINT/SIGTERM, then drains and stops."""
-    running = await start_server(config)
+    with long_lived():  # the app and its models live as long as the process
+        running = await start_server(config)
     print(f"swarmrl serving gRPC on {running.grpc_target}", flush=True)
     if running.http is not None:
         print(f"swarmrl serving OpenAI-compatible HTTP on {running.openai_base_url} "

@@ -148,8 +148,10 @@ def main(argv: list[str] | None = None) -> None:
             options_per_model(config.train_options, [m.name for m in config.models])
         except TrainerConfigError as exc:
             raise SystemExit(f"swarmrl serve: error: {exc}") from None
-    from swarmrl_server.app import serve  # heavy imports (torch) after --help
+    from swarmrl_server.heap import long_lived
 
+    with long_lived():  # (a forked server finds them imported: swarmrl_server.launch_preload)
+        from swarmrl_server.app import serve  # heavy imports (torch) after --help
     asyncio.run(serve(config))
 
 

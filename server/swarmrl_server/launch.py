@@ -3,7 +3,7 @@ servers again and again (`swarmrl study run`: every run's server, and its restar
 
 `python -m swarmrl_server.cli` spends ~10 s of CPU importing torch, transformers and the
 server before it reads a flag. multiprocessing's forkserver imports them once
-(`SERVER_MODULES`); each server is then a fork of it that runs `swarmrl_server.cli.main`
+(`swarmrl_server.launch_preload`); each server is then a fork of it that runs `swarmrl_server.cli.main`
 with the flags, as that command does after its imports: the same code from the flags on.
 The forkserver runs nothing but imports: no thread, no event loop, no gRPC channel (what a
 fork must not copy). The first server pays the imports, in the forkserver; the next start
@@ -29,15 +29,10 @@ SERVER_COMMAND = (sys.executable, "-m", "swarmrl_server.cli")
 """The command line a forked server stands in for (before its flags): `swarmrl serve` in
 this interpreter."""
 
-SERVER_MODULES = ("swarmrl_server.cli", "swarmrl_server.app", "swarmrl_server.engine.hf.engine",
-                  "swarmrl_server.trainer.trainer", "transformers.models.llama.modeling_llama")
-"""What a forked server finds imported: what `python -m swarmrl_server.cli` imports before
-it serves (torch and transformers with them)."""
-
 
 def _forkserver() -> multiprocessing.context.ForkServerContext:
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(list(SERVER_MODULES))
+    ctx.set_forkserver_preload(["swarmrl_server.launch_preload"])
     return ctx
 
 

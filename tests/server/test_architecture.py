@@ -33,7 +33,8 @@ from tests.helpers import REPO
 
 S = "swarmrl_server."
 LAYERS: list[tuple[str, ...]] = [
-    ("cli", "study", "launch"),  # commands (launch: forked `swarmrl serve` processes)
+    # commands (launch: forked `swarmrl serve` processes; launch_preload: their imports)
+    ("cli", "study", "launch", "launch_preload"),
     ("app", "wiring"),  # builds and wires one server (wiring: trainers to the swarm)
     ("grpc", "http"),  # the front doors: independent of each other
     ("observe.live", "observe.plots", "observe.viewer"),  # what the doors show
@@ -46,7 +47,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("config",),
     ("engine",),  # the engine registry and engines (hf, vllm, echo)
     ("models", "store", "limits", "security", "observe.telemetry"),
-    ("errors", "logs", "net"),
+    ("errors", "heap", "logs", "net"),
 ]
 """The server's packages and modules, highest first: each may import only from its own
 layer or the ones below it (along the data flow: commands, app, doors, swarm, episodes,

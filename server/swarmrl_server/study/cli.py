@@ -74,12 +74,15 @@ def _load(path: Path, *, deep: bool = False) -> tuple[Study, StudyState]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.live import Live
+    from swarmrl_server.heap import long_lived
 
-    from swarmrl_server.study.planner import make_planner
-    from swarmrl_server.study.report import write_report
-    from swarmrl_server.study.runner import StudyRunner, local_backend
+    with long_lived():  # the supervisor's imports live as long as it does
+        from rich.console import Console
+        from rich.live import Live
+
+        from swarmrl_server.study.planner import make_planner
+        from swarmrl_server.study.report import write_report
+        from swarmrl_server.study.runner import StudyRunner, local_backend
 
     study, state = _load(args.study, deep=True)
     stopping = threading.Event()
