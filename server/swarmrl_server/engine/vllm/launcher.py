@@ -8,8 +8,11 @@ runs this file again (as `__mp_main__`) in the engine's process:
 - LoRA layers use `cpu_lora.py`'s ops, one matmul per adapter, in place of vLLM's torch
   ops, which copy the adapter matrix for every token (see that file).
   SWARMRL_VLLM_LORA_OPS=vllm keeps vLLM's own, for `benchmarks/vllm_cpu_lora.py`.
+And one for speed: those imports (torch and vLLM, in each of the three processes) run
+with the cyclic collector paused, then frozen, as swarmrl_server/heap.py explains.
 """
 
+import gc
 import importlib.metadata as md
 import importlib.util
 import os
@@ -38,10 +41,13 @@ def _use_grouped_lora_ops() -> None:
     print(f"swarmrl: LoRA ops from cpu_lora.py (pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
+gc.disable()
 if os.environ.get("SWARMRL_VLLM_LORA_OPS", "grouped") != "vllm":
     _use_grouped_lora_ops()
-
 if __name__ == "__main__":  # vLLM's engine core starts with spawn: keep this guard.
     from vllm.entrypoints.cli.main import main
+gc.freeze()
+gc.enable()
 
+if __name__ == "__main__":
     sys.exit(main())
