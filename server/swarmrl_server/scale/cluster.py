@@ -20,7 +20,8 @@ def init_ray(address: str | None, *, logical_cpus: float = 0) -> None:
     if ray.is_initialized():
         return
     env = {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
-    runtime_env = {"env_vars": {k: v for k, v in env.items() if v}}
+    runtime_env = {"env_vars": {k: v for k, v in env.items() if v},
+                   "worker_process_setup_hook": "swarmrl_server.scale.preload.preload_worker"}
     address = address or os.environ.get("RAY_ADDRESS")  # e.g. inside a Ray job
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
