@@ -143,7 +143,7 @@ async def start_server(config: ServerConfig, hosts: dict[str, ModelHost] | None 
 
 async def serve(config: ServerConfig) -> None:
     """Runs until SIGINT/SIGTERM, then drains and stops."""
-    with long_lived():  # the app and its models live as long as the process
+    with long_lived(collect=True):  # the app and its models live as long as the process
         running = await start_server(config)
     print(f"swarmrl serving gRPC on {running.grpc_target}", flush=True)
     if running.http is not None:

@@ -26,16 +26,21 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def long_lived() -> Iterator[None]:
+def long_lived(*, collect: bool = False) -> Iterator[None]:
     """The block with the cyclic collector paused, then every tracked object frozen (an
-    O(1) splice of the generations' lists). Garbage the block makes in cycles is frozen
-    with the rest: imports and start-up make little (32,000 objects in a test worker's
-    800,000), and collecting it first would walk them all once more."""
+    O(1) splice of the generations' lists).
+
+    Garbage the block leaves in cycles is frozen with the rest unless `collect`: imports
+    leave little (32,000 objects in a test worker's 800,000), and collecting it would walk
+    them all once more (0.7 s there). A block that loads models may leave a weight-sized
+    tensor in a cycle, so the server's start-up collects first, as vLLM does."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if collect:
+            gc.collect()
         gc.freeze()
         if was_enabled:
             gc.enable()
