@@ -3,8 +3,9 @@ servers again and again (`swarmrl study run`: every run's server, and its restar
 
 `python -m swarmrl_server.cli` spends ~10 s of CPU importing torch, transformers and the
 server before it reads a flag. multiprocessing's forkserver imports them once
-(`swarmrl_server.launch_preload`); each server is then a fork of it that runs `swarmrl_server.cli.main`
-with the flags, as that command does after its imports: the same code from the flags on.
+(`swarmrl_server.launch_preload`, which also freezes them out of the garbage collector's
+walks); each server is then a fork of it that runs `swarmrl_server.cli.main` with the
+flags, as that command does after its imports: the same code from the flags on.
 The forkserver runs nothing but imports: no thread, no event loop, no gRPC channel (what a
 fork must not copy). The first server pays the imports, in the forkserver; the next start
 in about a second.
