@@ -114,10 +114,11 @@ async def make_engine(kind: str, model_dir: Path, vllm_url: str = "", **kwargs: 
     return engine
 
 
-def random_adapters(model_dir: Path, seeds: Sequence[int], rank: int = 8
+def random_adapters(model_dir: Path, seeds: Sequence[int], rank: int = 8,
+                    base: torch.nn.Module | None = None
                     ) -> tuple[Any, list[dict[str, torch.Tensor]]]:
-    """The model at `model_dir` wrapped in a rank-`rank` LoRA adapter (swarmrl's trainer
-    wrapping), and one adapter per seed: lora_B drawn from N(0, 0.05), so that (unlike
+    """The model at `model_dir` (or `base`, that model loaded and changed) wrapped in a
+    rank-`rank` LoRA adapter (swarmrl's trainer wrapping), and one adapter per seed: lora_B drawn from N(0, 0.05), so that (unlike
     peft's B = 0 start) each changes the model's output. The model ends holding the last."""
     import torch
 
@@ -125,7 +126,7 @@ def random_adapters(model_dir: Path, seeds: Sequence[int], rank: int = 8
     from swarmrl_server.trainer import lora
     from swarmrl_server.trainer.config import TrainerConfig
 
-    model = lora.wrap(load_model(model_dir)[0],
+    model = lora.wrap(load_model(model_dir)[0] if base is None else base,
                       TrainerConfig.from_options({"lora_rank": str(rank)})).eval()
     adapters = []
     for seed in seeds:
