@@ -118,8 +118,9 @@ def random_adapters(model_dir: Path, seeds: Sequence[int], rank: int = 8,
                     base: torch.nn.Module | None = None
                     ) -> tuple[Any, list[dict[str, torch.Tensor]]]:
     """The model at `model_dir` (or `base`, that model loaded and changed) wrapped in a
-    rank-`rank` LoRA adapter (swarmrl's trainer wrapping), and one adapter per seed: lora_B drawn from N(0, 0.05), so that (unlike
-    peft's B = 0 start) each changes the model's output. The model ends holding the last."""
+    rank-`rank` LoRA adapter (swarmrl's trainer wrapping), and one adapter per seed: lora_B
+    drawn from N(0, 0.05), so that (unlike peft's B = 0 start) each changes the model's
+    output. The model ends holding the last."""
     import torch
 
     from swarmrl_server.models import load_model
