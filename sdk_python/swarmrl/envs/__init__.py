@@ -24,6 +24,7 @@ Adapters for the ecosystem's environments live in `swarmrl.envs.verifiers` and
 """
 
 from swarmrl.envs._api import SPLITS, Environment, Item, Outcome, Rollout, Split
+from swarmrl.envs._failures import PolicyError, RunStopped
 from swarmrl.envs._load import load_environment, parse_env_args
 from swarmrl.envs._report import EvalReport, RolloutRecord
 from swarmrl.envs._runner import Runner, RunnerConfig, TrainReport
@@ -35,8 +36,10 @@ __all__ = [
     "EvalReport",
     "Item",
     "Outcome",
+    "PolicyError",
     "Rollout",
     "RolloutRecord",
+    "RunStopped",
     "Runner",
     "RunnerConfig",
     "Split",

@@ -39,10 +39,11 @@ from swarmrl._episode import AsyncEpisode
 from swarmrl._errors import FailedPreconditionError, SwarmError
 from swarmrl._sampling import SamplingParams
 from swarmrl.envs._api import Environment, HttpPools, Item, Outcome, Rollout, Split
+from swarmrl.envs._failures import PolicyError, RunStopped
 from swarmrl.envs._progress import Progress
 from swarmrl.envs._report import EvalReport, RolloutRecord
 
-__all__ = ["Runner", "RunnerConfig", "TrainReport"]
+__all__ = ["PolicyError", "RunStopped", "Runner", "RunnerConfig", "TrainReport"]
 
 _log = structlog.get_logger("swarmrl.envs")
 
