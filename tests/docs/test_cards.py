@@ -20,6 +20,9 @@ from swarmrl.envs._card import lookup
 
 REPO = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"\[([^\]]+)\]\(([^)#\s]+\.json)#([^)\s]+)\)")
+PUBLISHED = REPO / "docs" / "results" / "records"
+"""Where the docs site publishes ``results/`` (tools/docsgen/hook.py): a results page links
+its records there, so the link works in the built site and reads the repository's file here."""
 NUMBER = re.compile(r"^[+−-]?\d+(?:\.\d+)?$")
 
 
@@ -33,7 +36,10 @@ def citations() -> list[tuple[Path, str, Path, str]]:
     out = []
     for page in pages():
         for text, target, path in LINK.findall(page.read_text()):
-            out.append((page, text, (page.parent / target).resolve(), path))
+            record = (page.parent / target).resolve()
+            if record.is_relative_to(PUBLISHED):  # the site's copy of results/ (the docs hook)
+                record = REPO / "results" / record.relative_to(PUBLISHED)
+            out.append((page, text, record, path))
     return out
 
 
