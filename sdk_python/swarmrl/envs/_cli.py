@@ -47,6 +47,20 @@ ENV names the environment:
   openenv:SPEC            an OpenEnv environment (swarmrl.envs.openenv)
 """
 
+DEFAULT_LEASE_S = 60.0
+"""The default ``--lease``. A training hold is bound to the session, so the lease is how
+long a dead client stops training on its server; a lease that lapses while the client
+lives (its heartbeats stalled) costs the run its open episodes. 60 s is renewed every
+20 s, so two renewals in a row may fail (a loaded machine, a server restart) first."""
+
+
+def _lease(text: str) -> float:
+    """``--lease``: seconds, within the range the server grants (it clamps to 1-600)."""
+    value = float(text)
+    if not 1.0 <= value <= 600.0:
+        raise argparse.ArgumentTypeError(f"{text}: expected 1 to 600 seconds")
+    return value
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("env", metavar="ENV", help="the environment (see below)")
@@ -63,6 +77,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     server.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                         help="another `swarmrl serve` argument (repeatable; join it with "
                              "'=' when it starts with a dash)")
+    server.add_argument("--lease", type=_lease, default=DEFAULT_LEASE_S, metavar="SECONDS",
+                        help="this client's session lease, renewed every third of it: what "
+                             "the server waits, after the client stops renewing (killed, "
+                             "cut off), before it aborts the run's open episodes and drops "
+                             "its training holds (1-600; default: %(default)s)")
     play = p.add_argument_group("rollouts")
     play.add_argument("--policy-model", default="",
                       help="the model rollouts call (default: the server's first)")
@@ -225,14 +244,14 @@ async def _play(args: argparse.Namespace, command: str, env: Environment, target
     records = _Records(out / "rollouts.jsonl")
     config = _runner_config(args, training=command == "train")
     card["runner"] = json.loads(json.dumps(asdict(config), default=str))
+    card["client"] = {"session_lease": args.lease}
 
     def save() -> None:
         _card.write(out, card)
 
     try:
-        # A long lease: on a loaded machine heartbeats can stall for a minute, and a lapsed
-        # lease makes the server abort every open episode of the run.
-        client_config = ClientConfig(target=target, api_key=args.api_key, session_lease=300.0)
+        client_config = ClientConfig(target=target, api_key=args.api_key,
+                                     session_lease=args.lease)
         async with AsyncSwarmClient(config=client_config) as client:
             async with Runner(env, client, config, on_record=records) as runner:
                 if command == "train":
