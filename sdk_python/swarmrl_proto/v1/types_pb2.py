@@ -24,21 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16swarmrl/v1/types.proto\x12\nswarmrl.v1\"U\n\x08ToolCall\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12%\n\x0e\x61rguments_json\x18\x03 \x01(\tR\rargumentsJson\"e\n\x04Tool\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12\'\n\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xb8\x01\n\x0b\x43hatMessage\x12$\n\x04role\x18\x01 \x01(\x0e\x32\x10.swarmrl.v1.RoleR\x04role\x12\x18\n\x07\x63ontent\x18\x02 \x01(\tR\x07\x63ontent\x12\x33\n\ntool_calls\x18\x03 \x03(\x0b\x32\x14.swarmrl.v1.ToolCallR\ttoolCalls\x12 \n\x0ctool_call_id\x18\x04 \x01(\tR\ntoolCallId\x12\x12\n\x04name\x18\x05 \x01(\tR\x04name\"\x9d\x02\n\x0eSamplingParams\x12%\n\x0btemperature\x18\x01 \x01(\x02H\x00R\x0btemperature\x88\x01\x01\x12\x18\n\x05top_p\x18\x02 \x01(\x02H\x01R\x04topP\x88\x01\x01\x12\"\n\nmax_tokens\x18\x03 \x01(\x05H\x02R\tmaxTokens\x88\x01\x01\x12\x12\n\x04stop\x18\x04 \x03(\tR\x04stop\x12$\n\x0estop_token_ids\x18\x05 \x03(\rR\x0cstopTokenIds\x12\x17\n\x04seed\x18\x06 \x01(\x03H\x03R\x04seed\x88\x01\x01\x12!\n\x0ctop_logprobs\x18\x07 \x01(\x05R\x0btopLogprobsB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\r\n\x0b_max_tokensB\x07\n\x05_seed\"\xbf\x01\n\tModelInfo\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12%\n\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\"\n\rmax_model_len\x18\x03 \x01(\x05R\x0bmaxModelLen\x12\x1d\n\nvocab_size\x18\x04 \x01(\x05R\tvocabSize\x12\x1c\n\ttrainable\x18\x05 \x01(\x08R\ttrainable\x12\x16\n\x06source\x18\x06 \x01(\tR\x06source\"Y\n\x05Usage\x12#\n\rprompt_tokens\x18\x01 \x01(\x05R\x0cpromptTokens\x12+\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05R\x10\x63ompletionTokens*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x96\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x03\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x04*y\n\x0c\x45pisodeState\x12\x1d\n\x19\x45PISODE_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45PISODE_STATE_OPEN\x10\x01\x12\x17\n\x13\x45PISODE_STATE_ENDED\x10\x02\x12\x19\n\x15\x45PISODE_STATE_ABORTED\x10\x03*\x90\x01\n\x0cRequestLimit\x12\x1d\n\x19REQUEST_LIMIT_UNSPECIFIED\x10\x00\x12\x1a\n\x16REQUEST_LIMIT_MAX_STOP\x10\x10\x12\"\n\x1eREQUEST_LIMIT_MAX_TOP_LOGPROBS\x10\x14\x12!\n\x1cREQUEST_LIMIT_MAX_STOP_CHARS\x10\x80\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16swarmrl/v1/types.proto\x12\nswarmrl.v1\"U\n\x08ToolCall\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12%\n\x0e\x61rguments_json\x18\x03 \x01(\tR\rargumentsJson\"e\n\x04Tool\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12\'\n\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xb8\x01\n\x0b\x43hatMessage\x12$\n\x04role\x18\x01 \x01(\x0e\x32\x10.swarmrl.v1.RoleR\x04role\x12\x18\n\x07\x63ontent\x18\x02 \x01(\tR\x07\x63ontent\x12\x33\n\ntool_calls\x18\x03 \x03(\x0b\x32\x14.swarmrl.v1.ToolCallR\ttoolCalls\x12 \n\x0ctool_call_id\x18\x04 \x01(\tR\ntoolCallId\x12\x12\n\x04name\x18\x05 \x01(\tR\x04name\"\x9d\x02\n\x0eSamplingParams\x12%\n\x0btemperature\x18\x01 \x01(\x02H\x00R\x0btemperature\x88\x01\x01\x12\x18\n\x05top_p\x18\x02 \x01(\x02H\x01R\x04topP\x88\x01\x01\x12\"\n\nmax_tokens\x18\x03 \x01(\x05H\x02R\tmaxTokens\x88\x01\x01\x12\x12\n\x04stop\x18\x04 \x03(\tR\x04stop\x12$\n\x0estop_token_ids\x18\x05 \x03(\rR\x0cstopTokenIds\x12\x17\n\x04seed\x18\x06 \x01(\x03H\x03R\x04seed\x88\x01\x01\x12!\n\x0ctop_logprobs\x18\x07 \x01(\x05R\x0btopLogprobsB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\r\n\x0b_max_tokensB\x07\n\x05_seed\"\xde\x01\n\tModelInfo\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12%\n\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\"\n\rmax_model_len\x18\x03 \x01(\x05R\x0bmaxModelLen\x12\x1d\n\nvocab_size\x18\x04 \x01(\x05R\tvocabSize\x12\x1c\n\ttrainable\x18\x05 \x01(\x08R\ttrainable\x12\x16\n\x06source\x18\x06 \x01(\tR\x06source\x12\x1d\n\ngroup_size\x18\x07 \x01(\x05R\tgroupSize\"Y\n\x05Usage\x12#\n\rprompt_tokens\x18\x01 \x01(\x05R\x0cpromptTokens\x12+\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05R\x10\x63ompletionTokens*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x96\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x03\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x04*y\n\x0c\x45pisodeState\x12\x1d\n\x19\x45PISODE_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45PISODE_STATE_OPEN\x10\x01\x12\x17\n\x13\x45PISODE_STATE_ENDED\x10\x02\x12\x19\n\x15\x45PISODE_STATE_ABORTED\x10\x03*\x90\x01\n\x0cRequestLimit\x12\x1d\n\x19REQUEST_LIMIT_UNSPECIFIED\x10\x00\x12\x1a\n\x16REQUEST_LIMIT_MAX_STOP\x10\x10\x12\"\n\x1eREQUEST_LIMIT_MAX_TOP_LOGPROBS\x10\x14\x12!\n\x1cREQUEST_LIMIT_MAX_STOP_CHARS\x10\x80\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'swarmrl.v1.types_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=988
-  _globals['_ROLE']._serialized_end=1083
-  _globals['_FINISHREASON']._serialized_start=1086
-  _globals['_FINISHREASON']._serialized_end=1236
-  _globals['_EPISODESTATE']._serialized_start=1238
-  _globals['_EPISODESTATE']._serialized_end=1359
-  _globals['_REQUESTLIMIT']._serialized_start=1362
-  _globals['_REQUESTLIMIT']._serialized_end=1506
+  _globals['_ROLE']._serialized_start=1019
+  _globals['_ROLE']._serialized_end=1114
+  _globals['_FINISHREASON']._serialized_start=1117
+  _globals['_FINISHREASON']._serialized_end=1267
+  _globals['_EPISODESTATE']._serialized_start=1269
+  _globals['_EPISODESTATE']._serialized_end=1390
+  _globals['_REQUESTLIMIT']._serialized_start=1393
+  _globals['_REQUESTLIMIT']._serialized_end=1537
   _globals['_TOOLCALL']._serialized_start=38
   _globals['_TOOLCALL']._serialized_end=123
   _globals['_TOOL']._serialized_start=125
@@ -48,7 +48,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLINGPARAMS']._serialized_start=416
   _globals['_SAMPLINGPARAMS']._serialized_end=701
   _globals['_MODELINFO']._serialized_start=704
-  _globals['_MODELINFO']._serialized_end=895
-  _globals['_USAGE']._serialized_start=897
-  _globals['_USAGE']._serialized_end=986
+  _globals['_MODELINFO']._serialized_end=926
+  _globals['_USAGE']._serialized_start=928
+  _globals['_USAGE']._serialized_end=1017
 # @@protoc_insertion_point(module_scope)

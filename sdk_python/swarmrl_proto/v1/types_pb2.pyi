@@ -322,6 +322,7 @@ class ModelInfo(_message.Message):
     VOCAB_SIZE_FIELD_NUMBER: _builtins.int
     TRAINABLE_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    GROUP_SIZE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name used to address the model in StartEpisode and Generate."""
     policy_version: _builtins.int
@@ -334,6 +335,12 @@ class ModelInfo(_message.Message):
     """Whether the server trains this model on the episodes it records."""
     source: _builtins.str
     """Where the weights came from (a path or a builder name)."""
+    group_size: _builtins.int
+    """Episodes per GRPO group the server's trainer of this model compares (its
+    group_size train option); 0 when the model is not trained, or when its trainer
+    groups whatever shares a task and group id (group_size=0). A client that plays
+    groups of another size has its groups cut differently than it meant.
+    """
     def __init__(
         self,
         *,
@@ -343,10 +350,11 @@ class ModelInfo(_message.Message):
         vocab_size: _builtins.int = ...,
         trainable: _builtins.bool = ...,
         source: _builtins.str = ...,
+        group_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_model_len", b"max_model_len", "name", b"name", "policy_version", b"policy_version", "source", b"source", "trainable", b"trainable", "vocab_size", b"vocab_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_size", b"group_size", "max_model_len", b"max_model_len", "name", b"name", "policy_version", b"policy_version", "source", b"source", "trainable", b"trainable", "vocab_size", b"vocab_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

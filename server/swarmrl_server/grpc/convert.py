@@ -135,7 +135,10 @@ def episode_to_proto(e: EpisodeRecord) -> ep_pb.Episode:
 
 
 def model_to_proto(h: ModelHost) -> t_pb.ModelInfo:
+    """`group_size` is the trainer's (0 when the model is not trained): an attached client
+    checks its own groups against it."""
     return t_pb.ModelInfo(
         name=h.name, policy_version=h.engine.policy_version, max_model_len=h.engine.max_model_len,
         vocab_size=h.engine.vocab_size, trainable=h.trainable, source=h.source,
+        group_size=h.trainer.config.group_size if h.trainer is not None else 0,
     )

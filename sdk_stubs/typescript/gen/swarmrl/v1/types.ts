@@ -303,6 +303,13 @@ export interface ModelInfo {
   trainable: boolean;
   /** Where the weights came from (a path or a builder name). */
   source: string;
+  /**
+   * Episodes per GRPO group the server's trainer of this model compares (its
+   * group_size train option); 0 when the model is not trained, or when its trainer
+   * groups whatever shares a task and group id (group_size=0). A client that plays
+   * groups of another size has its groups cut differently than it meant.
+   */
+  groupSize: number;
 }
 
 /** Token usage of one generation. */
@@ -868,7 +875,7 @@ export const SamplingParams: MessageFns<SamplingParams> = {
 };
 
 function createBaseModelInfo(): ModelInfo {
-  return { name: "", policyVersion: 0, maxModelLen: 0, vocabSize: 0, trainable: false, source: "" };
+  return { name: "", policyVersion: 0, maxModelLen: 0, vocabSize: 0, trainable: false, source: "", groupSize: 0 };
 }
 
 export const ModelInfo: MessageFns<ModelInfo> = {
@@ -890,6 +897,9 @@ export const ModelInfo: MessageFns<ModelInfo> = {
     }
     if (message.source !== "") {
       writer.uint32(50).string(message.source);
+    }
+    if (message.groupSize !== 0) {
+      writer.uint32(56).int32(message.groupSize);
     }
     return writer;
   },
@@ -955,6 +965,14 @@ export const ModelInfo: MessageFns<ModelInfo> = {
             message.source = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.groupSize = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -987,6 +1005,11 @@ export const ModelInfo: MessageFns<ModelInfo> = {
         : 0,
       trainable: isSet(object.trainable) ? globalThis.Boolean(object.trainable) : false,
       source: isSet(object.source) ? globalThis.String(object.source) : "",
+      groupSize: isSet(object.groupSize)
+        ? globalThis.Number(object.groupSize)
+        : isSet(object.group_size)
+        ? globalThis.Number(object.group_size)
+        : 0,
     };
   },
 
@@ -1010,6 +1033,9 @@ export const ModelInfo: MessageFns<ModelInfo> = {
     if (message.source !== "") {
       obj.source = message.source;
     }
+    if (message.groupSize !== 0) {
+      obj.groupSize = Math.round(message.groupSize);
+    }
     return obj;
   },
 
@@ -1024,6 +1050,7 @@ export const ModelInfo: MessageFns<ModelInfo> = {
     message.vocabSize = object.vocabSize ?? 0;
     message.trainable = object.trainable ?? false;
     message.source = object.source ?? "";
+    message.groupSize = object.groupSize ?? 0;
     return message;
   },
 };

@@ -203,6 +203,24 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int GROUP_SIZE_FIELD_NUMBER = 7;
+  private int groupSize_ = 0;
+  /**
+   * <pre>
+   * Episodes per GRPO group the server's trainer of this model compares (its
+   * group_size train option); 0 when the model is not trained, or when its trainer
+   * groups whatever shares a task and group id (group_size=0). A client that plays
+   * groups of another size has its groups cut differently than it meant.
+   * </pre>
+   *
+   * <code>int32 group_size = 7 [json_name = "groupSize"];</code>
+   * @return The groupSize.
+   */
+  @java.lang.Override
+  public int getGroupSize() {
+    return groupSize_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -235,6 +253,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(source_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 6, source_);
     }
+    if (groupSize_ != 0) {
+      output.writeInt32(7, groupSize_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -266,6 +287,10 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(source_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(6, source_);
     }
+    if (groupSize_ != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt32Size(7, groupSize_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -293,6 +318,8 @@ private static final long serialVersionUID = 0L;
         != other.getTrainable()) return false;
     if (!getSource()
         .equals(other.getSource())) return false;
+    if (getGroupSize()
+        != other.getGroupSize()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -318,6 +345,8 @@ private static final long serialVersionUID = 0L;
         getTrainable());
     hash = (37 * hash) + SOURCE_FIELD_NUMBER;
     hash = (53 * hash) + getSource().hashCode();
+    hash = (37 * hash) + GROUP_SIZE_FIELD_NUMBER;
+    hash = (53 * hash) + getGroupSize();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -457,6 +486,7 @@ private static final long serialVersionUID = 0L;
       vocabSize_ = 0;
       trainable_ = false;
       source_ = "";
+      groupSize_ = 0;
       return this;
     }
 
@@ -507,6 +537,9 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000020) != 0)) {
         result.source_ = source_;
+      }
+      if (((from_bitField0_ & 0x00000040) != 0)) {
+        result.groupSize_ = groupSize_;
       }
     }
 
@@ -576,6 +609,9 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000020;
         onChanged();
       }
+      if (other.getGroupSize() != 0) {
+        setGroupSize(other.getGroupSize());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -632,6 +668,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000020;
               break;
             } // case 50
+            case 56: {
+              groupSize_ = input.readInt32();
+              bitField0_ |= 0x00000040;
+              break;
+            } // case 56
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1005,6 +1046,59 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       source_ = value;
       bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+
+    private int groupSize_ ;
+    /**
+     * <pre>
+     * Episodes per GRPO group the server's trainer of this model compares (its
+     * group_size train option); 0 when the model is not trained, or when its trainer
+     * groups whatever shares a task and group id (group_size=0). A client that plays
+     * groups of another size has its groups cut differently than it meant.
+     * </pre>
+     *
+     * <code>int32 group_size = 7 [json_name = "groupSize"];</code>
+     * @return The groupSize.
+     */
+    @java.lang.Override
+    public int getGroupSize() {
+      return groupSize_;
+    }
+    /**
+     * <pre>
+     * Episodes per GRPO group the server's trainer of this model compares (its
+     * group_size train option); 0 when the model is not trained, or when its trainer
+     * groups whatever shares a task and group id (group_size=0). A client that plays
+     * groups of another size has its groups cut differently than it meant.
+     * </pre>
+     *
+     * <code>int32 group_size = 7 [json_name = "groupSize"];</code>
+     * @param value The groupSize to set.
+     * @return This builder for chaining.
+     */
+    public Builder setGroupSize(int value) {
+      
+      groupSize_ = value;
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Episodes per GRPO group the server's trainer of this model compares (its
+     * group_size train option); 0 when the model is not trained, or when its trainer
+     * groups whatever shares a task and group id (group_size=0). A client that plays
+     * groups of another size has its groups cut differently than it meant.
+     * </pre>
+     *
+     * <code>int32 group_size = 7 [json_name = "groupSize"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearGroupSize() {
+      bitField0_ = (bitField0_ & ~0x00000040);
+      groupSize_ = 0;
       onChanged();
       return this;
     }

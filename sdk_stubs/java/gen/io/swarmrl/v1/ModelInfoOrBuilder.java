@@ -86,4 +86,17 @@ public interface ModelInfoOrBuilder extends
    */
   com.google.protobuf.ByteString
       getSourceBytes();
+
+  /**
+   * <pre>
+   * Episodes per GRPO group the server's trainer of this model compares (its
+   * group_size train option); 0 when the model is not trained, or when its trainer
+   * groups whatever shares a task and group id (group_size=0). A client that plays
+   * groups of another size has its groups cut differently than it meant.
+   * </pre>
+   *
+   * <code>int32 group_size = 7 [json_name = "groupSize"];</code>
+   * @return The groupSize.
+   */
+  int getGroupSize();
 }

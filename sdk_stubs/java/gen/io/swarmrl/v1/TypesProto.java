@@ -70,28 +70,29 @@ public final class TypesProto {
       "p_token_ids\030\005 \003(\rR\014stopTokenIds\022\027\n\004seed\030" +
       "\006 \001(\003H\003R\004seed\210\001\001\022!\n\014top_logprobs\030\007 \001(\005R\013" +
       "topLogprobsB\016\n\014_temperatureB\010\n\006_top_pB\r\n" +
-      "\013_max_tokensB\007\n\005_seed\"\277\001\n\tModelInfo\022\022\n\004n" +
+      "\013_max_tokensB\007\n\005_seed\"\336\001\n\tModelInfo\022\022\n\004n" +
       "ame\030\001 \001(\tR\004name\022%\n\016policy_version\030\002 \001(\003R" +
       "\rpolicyVersion\022\"\n\rmax_model_len\030\003 \001(\005R\013m" +
       "axModelLen\022\035\n\nvocab_size\030\004 \001(\005R\tvocabSiz" +
       "e\022\034\n\ttrainable\030\005 \001(\010R\ttrainable\022\026\n\006sourc" +
-      "e\030\006 \001(\tR\006source\"Y\n\005Usage\022#\n\rprompt_token" +
-      "s\030\001 \001(\005R\014promptTokens\022+\n\021completion_toke" +
-      "ns\030\002 \001(\005R\020completionTokens*_\n\004Role\022\024\n\020RO" +
-      "LE_UNSPECIFIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROL" +
-      "E_USER\020\002\022\022\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOO" +
-      "L\020\004*\226\001\n\014FinishReason\022\035\n\031FINISH_REASON_UN" +
-      "SPECIFIED\020\000\022\026\n\022FINISH_REASON_STOP\020\001\022\030\n\024F" +
-      "INISH_REASON_LENGTH\020\002\022\034\n\030FINISH_REASON_T" +
-      "OOL_CALLS\020\003\022\027\n\023FINISH_REASON_ABORT\020\004*y\n\014" +
-      "EpisodeState\022\035\n\031EPISODE_STATE_UNSPECIFIE" +
-      "D\020\000\022\026\n\022EPISODE_STATE_OPEN\020\001\022\027\n\023EPISODE_S" +
-      "TATE_ENDED\020\002\022\031\n\025EPISODE_STATE_ABORTED\020\003*" +
-      "\220\001\n\014RequestLimit\022\035\n\031REQUEST_LIMIT_UNSPEC" +
-      "IFIED\020\000\022\032\n\026REQUEST_LIMIT_MAX_STOP\020\020\022\"\n\036R" +
-      "EQUEST_LIMIT_MAX_TOP_LOGPROBS\020\024\022!\n\034REQUE" +
-      "ST_LIMIT_MAX_STOP_CHARS\020\200\002B\035\n\rio.swarmrl" +
-      ".v1B\nTypesProtoP\001b\006proto3"
+      "e\030\006 \001(\tR\006source\022\035\n\ngroup_size\030\007 \001(\005R\tgro" +
+      "upSize\"Y\n\005Usage\022#\n\rprompt_tokens\030\001 \001(\005R\014" +
+      "promptTokens\022+\n\021completion_tokens\030\002 \001(\005R" +
+      "\020completionTokens*_\n\004Role\022\024\n\020ROLE_UNSPEC" +
+      "IFIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROLE_USER\020\002\022" +
+      "\022\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOOL\020\004*\226\001\n\014F" +
+      "inishReason\022\035\n\031FINISH_REASON_UNSPECIFIED" +
+      "\020\000\022\026\n\022FINISH_REASON_STOP\020\001\022\030\n\024FINISH_REA" +
+      "SON_LENGTH\020\002\022\034\n\030FINISH_REASON_TOOL_CALLS" +
+      "\020\003\022\027\n\023FINISH_REASON_ABORT\020\004*y\n\014EpisodeSt" +
+      "ate\022\035\n\031EPISODE_STATE_UNSPECIFIED\020\000\022\026\n\022EP" +
+      "ISODE_STATE_OPEN\020\001\022\027\n\023EPISODE_STATE_ENDE" +
+      "D\020\002\022\031\n\025EPISODE_STATE_ABORTED\020\003*\220\001\n\014Reque" +
+      "stLimit\022\035\n\031REQUEST_LIMIT_UNSPECIFIED\020\000\022\032" +
+      "\n\026REQUEST_LIMIT_MAX_STOP\020\020\022\"\n\036REQUEST_LI" +
+      "MIT_MAX_TOP_LOGPROBS\020\024\022!\n\034REQUEST_LIMIT_" +
+      "MAX_STOP_CHARS\020\200\002B\035\n\rio.swarmrl.v1B\nType" +
+      "sProtoP\001b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -126,7 +127,7 @@ public final class TypesProto {
     internal_static_swarmrl_v1_ModelInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ModelInfo_descriptor,
-        new java.lang.String[] { "Name", "PolicyVersion", "MaxModelLen", "VocabSize", "Trainable", "Source", });
+        new java.lang.String[] { "Name", "PolicyVersion", "MaxModelLen", "VocabSize", "Trainable", "Source", "GroupSize", });
     internal_static_swarmrl_v1_Usage_descriptor =
       getDescriptor().getMessageTypes().get(5);
     internal_static_swarmrl_v1_Usage_fieldAccessorTable = new
