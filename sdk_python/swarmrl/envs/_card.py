@@ -16,6 +16,7 @@ fails when the text and the card disagree.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -23,6 +24,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,7 +32,8 @@ from typing import Any
 
 from swarmrl.envs._api import Item
 
-__all__ = ["CARD_VERSION", "lookup", "package_versions", "render_markdown", "split_digest"]
+__all__ = ["CARD_VERSION", "lookup", "package_versions", "read", "render_markdown",
+           "split_digest", "write", "write_atomic"]
 
 CARD_VERSION = 1
 
@@ -142,10 +145,42 @@ def render_markdown(card: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Replaces `path` with `text` whole: written to a temporary file in the same folder,
+    flushed to disk, then renamed over `path` (`os.replace`, atomic on POSIX). A process
+    killed at any moment leaves the old file or the new one, never a truncated one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the card from other users
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write(out: Path, card: Mapping[str, Any]) -> None:
-    """``card.json`` and ``card.md`` in `out` (the JSON written last: it is the record)."""
-    (out / "card.md").write_text(render_markdown(card))
-    (out / "card.json").write_text(json.dumps(card, indent=1, default=str) + "\n")
+    """``card.json`` and ``card.md`` in `out`, each replaced atomically (`write_atomic`),
+    the JSON last: it is the record, and what a resumed run reads."""
+    write_atomic(out / "card.md", render_markdown(card))
+    write_atomic(out / "card.json", json.dumps(card, indent=1, default=str) + "\n")
+
+
+def read(out: Path) -> dict[str, Any] | None:
+    """The card in `out`, or None when there is none. Temporary files a killed writer left
+    (never renamed into place) are removed."""
+    for stale in out.glob(".card.*.tmp"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+    path = out / "card.json"
+    if not path.is_file():
+        return None
+    card: dict[str, Any] = json.loads(path.read_text())
+    return card
 
 
 def base(kind: str, argv: Sequence[str], env_spec: str, env_label: str,
