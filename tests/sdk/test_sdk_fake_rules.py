@@ -41,7 +41,7 @@ def test_the_fake_refuses_bad_sampling_as_the_server_does(fields: dict[str, Any]
         toy.check_sampling(types_pb2.SamplingParams(**fields))
     request = SamplingRequest(**{k: tuple(v) if isinstance(v, list) else v
                                  for k, v in fields.items()})
-    engine = SimpleNamespace(vocab_size=toy.VOCAB, full_distribution_only=False)
+    engine = SimpleNamespace(vocab_size=toy.VOCAB)
     with pytest.raises(SwarmError) as real:
         resolve_sampling(request, GenerationPolicy(), engine)  # type: ignore[arg-type]
     assert fake.value.extra["field"] == real.value.field

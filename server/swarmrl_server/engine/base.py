@@ -18,7 +18,9 @@ Weight updates (`update_weights`) come in two kinds, which the trainer's
 
 Logprobs are those of the sampling distribution, i.e. log_softmax(logits / T)
 at the sampled token for temperature T > 0 (raw logits for T == 0), which is
-what the trainer recomputes as the "old" logprob for the importance ratio.
+what the trainer recomputes as the "old" logprob for the importance ratio. A trainable
+model is therefore never asked for a truncated distribution (top_p < 1): the one rule,
+for every engine, is `episodes.resolve.check_trained_sampling`.
 """
 
 from __future__ import annotations
@@ -178,10 +180,6 @@ class Engine(abc.ABC):
     """Token ids must be in [0, vocab_size)."""
     eos_token_ids: tuple[int, ...]
     """Tokens that end a turn (the chat template's end-of-turn token)."""
-    full_distribution_only: bool = False
-    """Refuses sampling under top_p < 1: its recorded logprobs would be the renormalised
-    nucleus's, which training cannot recompute (a trainable model on vLLM). Applied with
-    the other sampling rules in `episodes.resolve`, before a call reaches the engine."""
     weight_sync_default: str = "interrupt"
     """The `weight_sync` a trainer of this engine's model uses when its train options name
     none (`TrainerConfig.weight_sync`): the one measured to learn faster on this engine.
@@ -190,13 +188,12 @@ class Engine(abc.ABC):
     _last_sync: SyncTimes | None = None
 
     def _serve_like(self, inner: Engine) -> None:
-        """Takes `inner`'s model facts (context, vocabulary, end tokens, sampling rule,
-        weight-sync default): for an engine that wraps another's model (an adapter view,
+        """Takes `inner`'s model facts (context, vocabulary, end tokens, weight-sync
+        default): for an engine that wraps another's model (an adapter view,
         a router over replicas) and serves it unchanged."""
         self.max_model_len = inner.max_model_len
         self.vocab_size = inner.vocab_size
         self.eos_token_ids = inner.eos_token_ids
-        self.full_distribution_only = inner.full_distribution_only
         self.weight_sync_default = inner.weight_sync_default
 
     @property

@@ -4,11 +4,11 @@ Every door (gRPC, the OpenAI and Anthropic shims) converts its request to a
 `SamplingRequest` and a prompt (chat messages or token ids); `resolve` then applies, in
 this order and nowhere else:
 
-1. the sampling checks (`limits.check_sampling`: ranges, stop strings, top-logprobs cap,
-   and the engine's own rule, `Engine.full_distribution_only`), on the values the client
-   sent, defaults filled in;
+1. the sampling checks (`limits.check_sampling`: ranges, stop strings, top-logprobs cap),
+   on the values the client sent, defaults filled in;
 2. the server's defaults (`GenerationPolicy.default_max_tokens`) and forced values
-   (`force_temperature`, `force_top_p`, reported back as overrides, never silently);
+   (`force_temperature`, `force_top_p`, reported back as overrides, never silently),
+   then the rule of a trained model (`check_trained_sampling`) on the values that run;
 3. the prompt checks: a chat is bounded from its size in bytes before the template and
    the tokenizer see it, then rendered (extending an earlier call of the episode when it
    continues one); token ids are checked against the vocabulary and the context;
@@ -86,11 +86,38 @@ class ResolvedRequest:
     """The chat's rendered prompt text (kept in memory for the next turn)."""
 
 
+def check_trained_sampling(params: SamplingParams, *, forced: bool = False) -> None:
+    """The sampling rule of a trainable model, the same on every engine (hf, vLLM, echo,
+    Ray replicas) and every door (gRPC, OpenAI, Anthropic): what the recorded logprobs
+    cannot represent is refused (INVALID_ARGUMENT naming the field; a 400 over HTTP).
+
+    The trainer's importance ratio compares each token's recorded logprob with its
+    recompute from a plain forward pass: log_softmax(logits / T), masked only by a
+    recorded grammar. Nucleus sampling (top_p < 1 at T > 0) draws from a truncated
+    distribution that neither side represents: hf records the logprob before the
+    truncation (so the ratio is computed for a distribution that did not draw the token),
+    vLLM the one after it (which the recompute cannot reproduce). Either way training would
+    be biased, so a trainable model samples the full distribution or greedily. (top_k and
+    the other truncations are refused for every model, at the doors that carry them:
+    `http.protocol.REFUSED_UNLESS_NEUTRAL`; gRPC has no such field.) A model that is not
+    trained may sample a nucleus; its logprobs are then the engine's own (hf: before the
+    truncation, vLLM: after it) and train nothing. `forced`: the top_p came from the
+    server's policy (`force_top_p`), not the client."""
+    if params.top_p < 1 and params.temperature > 0:
+        by = " (forced by the server)" if forced else ""
+        raise invalid(
+            "sampling.top_p",
+            f"must be 1 for a trainable model; got {params.top_p}{by}: a nucleus's logprobs "
+            "are not those of the full distribution, which training recomputes",
+        )
+
+
 def resolve_sampling(
-    s: SamplingRequest, policy: GenerationPolicy, engine: Engine
+    s: SamplingRequest, policy: GenerationPolicy, engine: Engine, *, trainable: bool = False
 ) -> tuple[SamplingParams, dict[str, Any]]:
-    """Checks the client's sampling fields, then fills in defaults and forced values;
-    returns the parameters and the overrides ({field: value used})."""
+    """Checks the client's sampling fields, then fills in defaults and forced values and,
+    for a `trainable` model, applies `check_trained_sampling` to what will run; returns
+    the parameters and the overrides ({field: value used})."""
     temperature = 1.0 if s.temperature is None else s.temperature
     top_p = 1.0 if s.top_p is None else s.top_p
     params = SamplingParams(
@@ -100,12 +127,6 @@ def resolve_sampling(
         top_logprobs=s.top_logprobs, structural_tag=s.structural_tag,
     )
     check_sampling(params, engine.vocab_size, prefix="sampling")
-    if engine.full_distribution_only and params.top_p < 1 and params.temperature > 0:
-        raise invalid(
-            "sampling.top_p",
-            "must be 1 for this model: its engine's logprobs under top_p < 1 are those of "
-            "the renormalised nucleus, which training cannot recompute",
-        )
     overridden: dict[str, Any] = {}
     if policy.force_temperature is not None and temperature != policy.force_temperature:
         temperature = policy.force_temperature
@@ -117,6 +138,8 @@ def resolve_sampling(
             overridden["top_p"] = top_p
     if (temperature, top_p) != (params.temperature, params.top_p):  # a forced value
         params = dataclasses.replace(params, temperature=temperature, top_p=top_p)
+    if trainable:
+        check_trained_sampling(params, forced=top_p != (1.0 if s.top_p is None else s.top_p))
     return params, overridden
 
 
@@ -193,7 +216,8 @@ def resolve(
     """The one resolution step (see the module doc): sampling, then prompt, then the
     context's room. `affinity_key` routes the call's replicas (the episode id);
     `annotations` are kept with a chat call's record."""
-    params, overridden = resolve_sampling(sampling, policy, host.engine)
+    params, overridden = resolve_sampling(sampling, policy, host.engine,
+                                          trainable=host.trainable)
     prompt_ids, chat, rendered_text = resolve_prompt(
         host, messages=messages, tools=tools, token_ids=token_ids,
         earlier_calls=earlier_calls, input_field=input_field, annotations=annotations,

@@ -58,5 +58,10 @@ Sampling: temperature, top_p, max_tokens / max_completion_tokens, stop, seed, n,
 logprobs / top_logprobs. Choice i of a seeded request samples with `seed + i`. Every
 other sampling setting (top_k, min_p, typical_p, top_a, repetition / presence /
 frequency / length penalties, logit_bias, min_tokens) is refused on every door with a
-400 naming it unless at its neutral value (`protocol.REFUSED_UNLESS_NEUTRAL` says why).
+400 naming it unless at its neutral value (`protocol.REFUSED_UNLESS_NEUTRAL` says why), and
+so are vLLM's extras (guided_json / regex / choice / grammar, structured_outputs,
+allowed_token_ids, bad_words, ignore_eos, use_beam_search, truncate_prompt_tokens:
+`protocol.VLLM_EXTRAS_REFUSED`). A trainable model refuses top_p < 1 at temperature > 0
+(400 naming top_p): its recorded logprobs could not represent the nucleus
+(`episodes.resolve.check_trained_sampling`, the rule of every engine and door).
 """

@@ -5,7 +5,9 @@ anyone can follow) and log their names, as vLLM's `OpenAIBaseModel` does; fields
 know but cannot honour are rejected, never silently dropped. Sampling settings follow
 one rule, for every door (`GenerationRequest`): honoured exactly and recorded
 (temperature, top_p, max_tokens, stop, seed), or refused with a 400 naming the field
-unless at their neutral value (`REFUSED_UNLESS_NEUTRAL`).
+unless at their neutral value (`REFUSED_UNLESS_NEUTRAL`, and vLLM's own extras in
+`VLLM_EXTRAS_REFUSED`). What a trainable model may sample is one rule for every door and
+engine, applied once the request is resolved (`episodes.resolve.check_trained_sampling`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,34 @@ importance ratio would train on a distribution that never produced the tokens.
 Honouring one needs the trainer to replay the same processing, which it does not; and
 dropping one silently would sample from a distribution the client did not ask for."""
 
+_GUIDED = ("vLLM's guided decoding is not applied here; the constraints this server "
+           "decodes, records and the trainer replays are forced tool calls and "
+           "response_format json_object / json_schema")
+
+VLLM_EXTRAS_REFUSED: dict[str, tuple[tuple[object, ...], str]] = {
+    "guided_json": ((None,), "vLLM's guided decoding is not applied here; use "
+                    "response_format {\"type\": \"json_schema\"}, a grammar this server "
+                    "decodes, records and the trainer replays"),
+    "guided_regex": ((None,), _GUIDED),
+    "guided_choice": ((None,), _GUIDED),
+    "guided_grammar": ((None,), _GUIDED),
+    "structured_outputs": ((None,), _GUIDED),
+    "allowed_token_ids": ((None,), "a vocabulary mask changes the distribution, and the "
+                          "trainer's recompute would not apply it"),
+    "bad_words": ((None, []), "a vocabulary mask changes the distribution, and the "
+                  "trainer's recompute would not apply it"),
+    "ignore_eos": ((None, False), "a turn ends at the end-of-turn token (the recorded "
+                   "turn ends there, and the chat's next turn extends it)"),
+    "use_beam_search": ((None, False), "beam search does not sample: its tokens' logprobs "
+                        "are not those of what drew them"),
+    "truncate_prompt_tokens": ((None,), "the prompt is recorded exactly as sent; a prompt "
+                               "too long for the context is refused instead"),
+}
+"""vLLM's own request extras (its `SamplingParams` as body fields), which clients written
+for vLLM send: {field: (values that ask for nothing, why it is refused)}. Logged and
+dropped, each would serve something other than what the client asked for, so any other
+value is a 400 naming the field, on every door, like `REFUSED_UNLESS_NEUTRAL`."""
+
 SAMPLING_REFUSED = "sampling_not_honoured"
 """The pydantic error type of a refused sampling setting; its `ctx["param"]` names the
 field (the error has no location of its own: extras are not fields)."""
@@ -60,8 +90,8 @@ class OpenAIBaseModel(BaseModel):
         # A null field asks for nothing; clients echo e.g. `"refusal": null` back on
         # assistant messages, which is not worth a warning on every turn. A sampling
         # setting that got here is at its neutral value: honoured, not ignored.
-        ignored = sorted(k for k, v in extra.items()
-                         if v is not None and k not in REFUSED_UNLESS_NEUTRAL)
+        ignored = sorted(k for k, v in extra.items() if v is not None
+                         and k not in REFUSED_UNLESS_NEUTRAL and k not in VLLM_EXTRAS_REFUSED)
         if ignored:
             log.warning("ignored_fields", model=cls.__name__, fields=ignored)
         return result
@@ -69,21 +99,24 @@ class OpenAIBaseModel(BaseModel):
 
 class GenerationRequest(OpenAIBaseModel):
     """The body of a generating endpoint (chat completions, completions, responses,
-    messages): `REFUSED_UNLESS_NEUTRAL` is applied here, once, while the body is parsed,
-    so a refused request never reaches an episode or an engine."""
+    messages): `REFUSED_UNLESS_NEUTRAL` and `VLLM_EXTRAS_REFUSED` are applied here, once,
+    while the body is parsed, so a refused request never reaches an episode or an engine."""
 
     @model_validator(mode="after")
     def _refuse_unhonoured_sampling(self) -> GenerationRequest:
         extra = self.model_extra or {}
-        for name, neutral in REFUSED_UNLESS_NEUTRAL.items():
+        refused = {**{name: (neutral, "recorded logprobs must match the trainer's recompute "
+                             "from the full distribution")
+                      for name, neutral in REFUSED_UNLESS_NEUTRAL.items()},
+                   **VLLM_EXTRAS_REFUSED}
+        for name, (neutral, why) in refused.items():
             value = getattr(self, name) if name in type(self).model_fields else extra.get(name)
             if value not in neutral:
                 shown = " or ".join(repr(v) for v in neutral if v is not None)
                 raise PydanticCustomError(
                     SAMPLING_REFUSED,
-                    "not supported by this server: recorded logprobs must match the "
-                    "trainer's recompute from the full distribution (use {neutral} or "
-                    "leave it out)", {"param": name, "neutral": shown},
+                    "not supported by this server: {why} ({instead}leave it out)",
+                    {"param": name, "why": why, "instead": f"use {shown} or " if shown else ""},
                 )
         return self
 

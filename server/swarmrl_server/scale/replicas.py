@@ -67,7 +67,6 @@ class EngineReplicaActor:
         e = self.engine
         return {"max_model_len": e.max_model_len, "vocab_size": e.vocab_size,
                 "eos_token_ids": tuple(e.eos_token_ids), "policy_version": e.policy_version,
-                "full_distribution_only": e.full_distribution_only,
                 "weight_sync_default": e.weight_sync_default,
                 "pid": os.getpid()}
 
@@ -102,7 +101,6 @@ class RayReplica(Engine):
         self.actor = actor
         self.max_model_len = int(info["max_model_len"])
         self.vocab_size = int(info["vocab_size"])
-        self.full_distribution_only = bool(info.get("full_distribution_only", False))
         self.weight_sync_default = str(info["weight_sync_default"])
         self.eos_token_ids = tuple(info["eos_token_ids"])
         self.tokenizer = tokenizer

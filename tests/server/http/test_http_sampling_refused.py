@@ -1,5 +1,9 @@
 """Sampling settings are honoured exactly or refused by name, never silently dropped.
 
+vLLM's request extras (guided_json, guided_regex, guided_choice, allowed_token_ids,
+bad_words, ignore_eos and the others in `http.protocol.VLLM_EXTRAS_REFUSED`) too: each is
+refused with a 400 naming it on every door, where it was once logged and dropped.
+
 top_k, min_p, repetition_penalty and the other settings in
 `http.protocol.REFUSED_UNLESS_NEUTRAL` would make the logprobs recorded at generation
 differ from the trainer's recompute from the full softmax, so every door (chat
@@ -18,7 +22,7 @@ import anthropic
 import openai
 import pytest
 
-from swarmrl_server.http.protocol import REFUSED_UNLESS_NEUTRAL
+from swarmrl_server.http.protocol import REFUSED_UNLESS_NEUTRAL, VLLM_EXTRAS_REFUSED
 from tests.engine_fixtures import make_engine
 from tests.http_support import Ep, aclient, start_episode
 from tests.server_fixtures import ServerFactory
@@ -37,11 +41,26 @@ NEUTRAL: list[dict[str, object]] = [
     {"top_k": 0, "min_p": None, "repetition_penalty": None},
 ]
 DOORS = ("chat", "completions", "responses", "messages")
+VLLM_EXTRAS: dict[str, object] = {
+    "guided_json": {"type": "object"}, "guided_regex": "[a-z]+", "guided_choice": ["a", "b"],
+    "guided_grammar": 'root ::= "a"', "structured_outputs": {"json": {"type": "object"}},
+    "allowed_token_ids": [1, 2, 3], "bad_words": ["hi"], "ignore_eos": True,
+    "use_beam_search": True, "truncate_prompt_tokens": 8,
+}
+"""A value of each of vLLM's extras that asks for something (`VLLM_EXTRAS_REFUSED`)."""
+VLLM_NEUTRAL: dict[str, object] = {"bad_words": [], "ignore_eos": False, "use_beam_search": False,
+                                   "guided_json": None, "allowed_token_ids": None}
 
 
 def test_every_refused_field_is_tested() -> None:
     assert set(NOT_NEUTRAL) == set(REFUSED_UNLESS_NEUTRAL)
     assert {k for n in NEUTRAL for k in n} == set(REFUSED_UNLESS_NEUTRAL)
+
+
+def test_every_vllm_extra_is_tested() -> None:
+    assert set(VLLM_EXTRAS) == set(VLLM_EXTRAS_REFUSED)
+    assert {"guided_json", "guided_regex", "guided_choice", "allowed_token_ids", "bad_words",
+            "ignore_eos"} <= set(VLLM_EXTRAS_REFUSED)
 
 
 async def call(door: str, ep: Ep, extra: dict[str, object]) -> Any:
@@ -85,6 +104,21 @@ async def test_each_field_is_refused_by_name_on_each_door(http_server: Any, door
     for neutral in NEUTRAL:  # neutral values ask for nothing: served and recorded
         await call(door, ep, neutral)
     assert len(await stored_calls(http_server, ep.episode_id)) == len(NEUTRAL)
+
+
+@pytest.mark.parametrize("name", sorted(VLLM_EXTRAS))
+async def test_each_vllm_extra_is_refused_by_name_on_each_door(http_server: Any,
+                                                             name: str) -> None:
+    """Logged and dropped, a vLLM extra would serve something the client did not ask for
+    (unconstrained text for a guided_json call, a turn ended at the end of text despite
+    ignore_eos): each is a 400 naming it, on every door, and nothing is recorded."""
+    ep = await start_episode(http_server)
+    for door in DOORS:
+        await assert_refused(door, ep, name, VLLM_EXTRAS[name])
+    assert await stored_calls(http_server, ep.episode_id) == []
+    if name in VLLM_NEUTRAL:  # a value that asks for nothing is served
+        await call("chat", ep, {name: VLLM_NEUTRAL[name]})
+        assert len(await stored_calls(http_server, ep.episode_id)) == 1
 
 
 @pytest.fixture(params=["echo", "hf", pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.vllm])])

@@ -149,7 +149,7 @@ async def test_calls_in_flight_finish_on_the_old_version(
         # Trainable models refuse top_p < 1: vLLM's logprobs would be the nucleus's.
         with pytest.raises(SwarmError) as err:  # refused by resolve, before the engine
             resolve_sampling(SamplingRequest(temperature=1.0, top_p=0.9), GenerationPolicy(),
-                             engine)
+                             engine, trainable=True)
         assert err.value.field == "sampling.top_p"
     finally:
         await engine.stop()

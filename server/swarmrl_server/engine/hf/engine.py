@@ -24,7 +24,9 @@ model's adapter, each with its own policy version.
 Logprobs: for temperature T > 0 a token's logprob is log_softmax(logits / T) at
 that token, i.e. under the tempered distribution *before* top-p truncation
 (what a trainer recomputes from a plain forward pass); for T == 0 (greedy) it
-is log_softmax(logits). `top_logprobs` come from the same distribution.
+is log_softmax(logits). `top_logprobs` come from the same distribution. Those are not
+the nucleus's, which drew the token: a trainable model is never asked for top_p < 1
+(`episodes.resolve.check_trained_sampling`, the rule of every engine).
 
 Threads: we leave torch's global thread settings alone; the scheduler thread
 uses torch's intra-op pool like any other caller.

@@ -19,7 +19,8 @@ logprobs are taken after it). With top_p = 1 that is exactly log_softmax(logits 
 the trainer recomputes (checked to 1e-4 by tests/server/engine/test_engine_contract.py). With top_p < 1
 it is the logprob under the renormalised nucleus, which the trainer cannot recompute
 from a plain forward pass: trainable models therefore refuse top_p < 1 (INVALID_ARGUMENT
-on "params.top_p"); non-trainable ones accept it and record those nucleus logprobs.
+on "sampling.top_p", the rule of every engine: `episodes.resolve.check_trained_sampling`);
+non-trainable ones accept it and record those nucleus logprobs.
 Temperature 0 gives log_softmax(logits), as in `HFEngine`.
 
 Weight sync (`update_weights`), with exact policy versions:
@@ -166,8 +167,7 @@ class VLLMEngine(Engine):
         if with_gen.is_file():
             gen_eos = json.loads(with_gen.read_text()).get("eos_token_id")
         self.eos_token_ids = end_of_turn_ids(self.tokenizer, gen_eos)
-        self.trainable = trainable
-        self.full_distribution_only = trainable
+        self.trainable = trainable  # its host's; the sampling rule is applied from there
         work = log_dir or Path.cwd() / "runs" / "vllm"
         self.weights_dir = (weights_dir or work / "vllm-weights") / name
         self.servers: list[VLLMServer]
