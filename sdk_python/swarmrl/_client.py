@@ -217,7 +217,9 @@ class AsyncSwarmClient:
 
     async def save_checkpoint(self, model: str | None = None) -> list[str]:
         """Checkpoints a model (None: every trainable model) now; returns the directories
-        written. Needs an admin key."""
+        written. A checkpoint saved on request is kept outside the trainer's automatic
+        retention (``keep_checkpoints``), across server restarts too, until
+        `delete_checkpoint` removes it. Needs an admin key."""
         response = await self._transport.unary(
             "SaveCheckpoint", lambda s: s.admin.SaveCheckpoint,
             admin_pb2.SaveCheckpointRequest(model=model or ""), retryable=True,
@@ -266,6 +268,30 @@ class AsyncSwarmClient:
             "RestoreCheckpoint", lambda s: s.admin.RestoreCheckpoint, request, retryable=True,
             timeout=self._config.training_call_timeout)
         return TrainingState(response.model, response.policy_version, response.checkpoint_step)
+
+    async def delete_checkpoint(self, path: str, model: str | None = None) -> None:
+        """Removes a checkpoint of a model (a `save_checkpoint` path) that is no longer
+        wanted, e.g. one kept for an evaluation that is neither the best by validation
+        nor the latest. Needs an admin key.
+
+        A retry after a lost answer may find the checkpoint already gone
+        (`NotFoundError`): the checkpoint is gone either way.
+
+        Args:
+            path: The checkpoint directory, as `save_checkpoint` returned it.
+            model: The model; None: the only trainable model.
+
+        Raises:
+            InvalidArgumentError: `path` is not a checkpoint directory of the model
+                (``field`` "path").
+            NotFoundError: No checkpoint is there (``field`` "path").
+            FailedPreconditionError: It is the model's newest checkpoint, the one a
+                restarted server resumes from (``field`` "path").
+        """
+        request = admin_pb2.DeleteCheckpointRequest(model=model or "", path=path)
+        await self._transport.unary(
+            "DeleteCheckpoint", lambda s: s.admin.DeleteCheckpoint, request, retryable=True,
+            timeout=self._config.training_call_timeout)
 
     async def declare_done(self, model: str | None = None) -> None:
         """Declares this client's share of the current training batch done.

@@ -106,3 +106,11 @@ class FakeAdmin(admin_grpc.AdminServiceServicer):
         self, req: apb.SaveCheckpointRequest, ctx: _Ctx
     ) -> apb.SaveCheckpointResponse:
         return apb.SaveCheckpointResponse()  # a toy model has nothing to save
+
+    @_unary
+    async def DeleteCheckpoint(
+        self, req: apb.DeleteCheckpointRequest, ctx: _Ctx
+    ) -> apb.DeleteCheckpointResponse:
+        if req.model:
+            self._model(req.model)
+        raise _invalid("path", "a toy model writes no checkpoints")

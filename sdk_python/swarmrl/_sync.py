@@ -420,6 +420,10 @@ class SwarmClient:
         `AsyncSwarmClient.restore_checkpoint`)."""
         return self._runner.run(self._async.restore_checkpoint(path, model))
 
+    def delete_checkpoint(self, path: str, model: str | None = None) -> None:
+        """Removes a checkpoint of a model (see `AsyncSwarmClient.delete_checkpoint`)."""
+        self._runner.run(self._async.delete_checkpoint(path, model))
+
     def declare_done(self, model: str | None = None) -> None:
         """Declares this client's share of the current batch done (see
         `AsyncSwarmClient.declare_done`)."""

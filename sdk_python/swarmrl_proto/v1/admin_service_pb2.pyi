@@ -250,6 +250,49 @@ class SaveCheckpointResponse(_message.Message):
 Global___SaveCheckpointResponse: _TypeAlias = SaveCheckpointResponse  # noqa: Y015
 
 @_typing.final
+class DeleteCheckpointRequest(_message.Message):
+    """Request of DeleteCheckpoint."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model; empty means the only trainable model."""
+    path: _builtins.str
+    """The checkpoint directory, as SaveCheckpoint returned it."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteCheckpointRequest: _TypeAlias = DeleteCheckpointRequest  # noqa: Y015
+
+@_typing.final
+class DeleteCheckpointResponse(_message.Message):
+    """Response of DeleteCheckpoint."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteCheckpointResponse: _TypeAlias = DeleteCheckpointResponse  # noqa: Y015
+
+@_typing.final
 class HoldTrainingRequest(_message.Message):
     """Request of HoldTraining."""
 

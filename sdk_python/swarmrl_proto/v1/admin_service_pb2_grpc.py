@@ -62,6 +62,11 @@ class AdminServiceStub:
                 request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointRequest.SerializeToString,
                 response_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointResponse.FromString,
                 _registered_method=True)
+        self.DeleteCheckpoint = channel.unary_unary(
+                '/swarmrl.v1.AdminService/DeleteCheckpoint',
+                request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.DeleteCheckpointRequest.SerializeToString,
+                response_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.DeleteCheckpointResponse.FromString,
+                _registered_method=True)
         self.HoldTraining = channel.unary_unary(
                 '/swarmrl.v1.AdminService/HoldTraining',
                 request_serializer=swarmrl_dot_v1_dot_admin__service__pb2.HoldTrainingRequest.SerializeToString,
@@ -124,7 +129,19 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SaveCheckpoint(self, request, context):
-        """Writes a checkpoint of a model now.
+        """Writes a checkpoint of a model now. A checkpoint written on request is kept
+        outside the automatic retention (the trainer's keep_checkpoints): it stays
+        until DeleteCheckpoint removes it, across restarts too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteCheckpoint(self, request, context):
+        """Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+        outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+        there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+        server resumes from (FAILED_PRECONDITION). Needs an admin key.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -202,6 +219,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SaveCheckpoint,
                     request_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointRequest.FromString,
                     response_serializer=swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointResponse.SerializeToString,
+            ),
+            'DeleteCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteCheckpoint,
+                    request_deserializer=swarmrl_dot_v1_dot_admin__service__pb2.DeleteCheckpointRequest.FromString,
+                    response_serializer=swarmrl_dot_v1_dot_admin__service__pb2.DeleteCheckpointResponse.SerializeToString,
             ),
             'HoldTraining': grpc.unary_unary_rpc_method_handler(
                     servicer.HoldTraining,
@@ -367,6 +389,33 @@ class AdminService:
             '/swarmrl.v1.AdminService/SaveCheckpoint',
             swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointRequest.SerializeToString,
             swarmrl_dot_v1_dot_admin__service__pb2.SaveCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/swarmrl.v1.AdminService/DeleteCheckpoint',
+            swarmrl_dot_v1_dot_admin__service__pb2.DeleteCheckpointRequest.SerializeToString,
+            swarmrl_dot_v1_dot_admin__service__pb2.DeleteCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,

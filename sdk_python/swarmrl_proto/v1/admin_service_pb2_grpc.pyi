@@ -45,7 +45,16 @@ class AdminServiceStub:
     ResumeGeneration: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ResumeGenerationRequest, _admin_service_pb2.ResumeGenerationResponse]
     """Resumes generation after PauseGeneration."""
     SaveCheckpoint: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.SaveCheckpointRequest, _admin_service_pb2.SaveCheckpointResponse]
-    """Writes a checkpoint of a model now."""
+    """Writes a checkpoint of a model now. A checkpoint written on request is kept
+    outside the automatic retention (the trainer's keep_checkpoints): it stays
+    until DeleteCheckpoint removes it, across restarts too.
+    """
+    DeleteCheckpoint: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.DeleteCheckpointRequest, _admin_service_pb2.DeleteCheckpointResponse]
+    """Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+    outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+    there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+    server resumes from (FAILED_PRECONDITION). Needs an admin key.
+    """
     HoldTraining: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.HoldTrainingRequest, _admin_service_pb2.HoldTrainingResponse]
     """Holds a model's training: no optimizer step starts until the holder calls
     ReleaseTraining. A step in progress finishes, and its weights are served,
@@ -88,7 +97,16 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ResumeGeneration: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ResumeGenerationRequest, _admin_service_pb2.ResumeGenerationResponse]  # type: ignore[assignment]
     """Resumes generation after PauseGeneration."""
     SaveCheckpoint: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.SaveCheckpointRequest, _admin_service_pb2.SaveCheckpointResponse]  # type: ignore[assignment]
-    """Writes a checkpoint of a model now."""
+    """Writes a checkpoint of a model now. A checkpoint written on request is kept
+    outside the automatic retention (the trainer's keep_checkpoints): it stays
+    until DeleteCheckpoint removes it, across restarts too.
+    """
+    DeleteCheckpoint: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.DeleteCheckpointRequest, _admin_service_pb2.DeleteCheckpointResponse]  # type: ignore[assignment]
+    """Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+    outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+    there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+    server resumes from (FAILED_PRECONDITION). Needs an admin key.
+    """
     HoldTraining: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.HoldTrainingRequest, _admin_service_pb2.HoldTrainingResponse]  # type: ignore[assignment]
     """Holds a model's training: no optimizer step starts until the holder calls
     ReleaseTraining. A step in progress finishes, and its weights are served,
@@ -158,7 +176,22 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_service_pb2.SaveCheckpointRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.SaveCheckpointResponse, _abc.Awaitable[_admin_service_pb2.SaveCheckpointResponse]]:
-        """Writes a checkpoint of a model now."""
+        """Writes a checkpoint of a model now. A checkpoint written on request is kept
+        outside the automatic retention (the trainer's keep_checkpoints): it stays
+        until DeleteCheckpoint removes it, across restarts too.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteCheckpoint(
+        self,
+        request: _admin_service_pb2.DeleteCheckpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.DeleteCheckpointResponse, _abc.Awaitable[_admin_service_pb2.DeleteCheckpointResponse]]:
+        """Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+        outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+        there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+        server resumes from (FAILED_PRECONDITION). Needs an admin key.
+        """
 
     @_abc_1.abstractmethod
     def HoldTraining(

@@ -25,8 +25,15 @@ type AdminServiceClient interface {
 	PauseGeneration(ctx context.Context, in *PauseGenerationRequest, opts ...grpc.CallOption) (*PauseGenerationResponse, error)
 	// Resumes generation after PauseGeneration.
 	ResumeGeneration(ctx context.Context, in *ResumeGenerationRequest, opts ...grpc.CallOption) (*ResumeGenerationResponse, error)
-	// Writes a checkpoint of a model now.
+	// Writes a checkpoint of a model now. A checkpoint written on request is kept
+	// outside the automatic retention (the trainer's keep_checkpoints): it stays
+	// until DeleteCheckpoint removes it, across restarts too.
 	SaveCheckpoint(ctx context.Context, in *SaveCheckpointRequest, opts ...grpc.CallOption) (*SaveCheckpointResponse, error)
+	// Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+	// outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+	// there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+	// server resumes from (FAILED_PRECONDITION). Needs an admin key.
+	DeleteCheckpoint(ctx context.Context, in *DeleteCheckpointRequest, opts ...grpc.CallOption) (*DeleteCheckpointResponse, error)
 	// Holds a model's training: no optimizer step starts until the holder calls
 	// ReleaseTraining. A step in progress finishes, and its weights are served,
 	// before this returns; generation goes on at the returned policy version, so
@@ -102,6 +109,15 @@ func (c *adminServiceClient) SaveCheckpoint(ctx context.Context, in *SaveCheckpo
 	return out, nil
 }
 
+func (c *adminServiceClient) DeleteCheckpoint(ctx context.Context, in *DeleteCheckpointRequest, opts ...grpc.CallOption) (*DeleteCheckpointResponse, error) {
+	out := new(DeleteCheckpointResponse)
+	err := c.cc.Invoke(ctx, "/swarmrl.v1.AdminService/DeleteCheckpoint", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) HoldTraining(ctx context.Context, in *HoldTrainingRequest, opts ...grpc.CallOption) (*HoldTrainingResponse, error) {
 	out := new(HoldTrainingResponse)
 	err := c.cc.Invoke(ctx, "/swarmrl.v1.AdminService/HoldTraining", in, out, opts...)
@@ -159,8 +175,15 @@ type AdminServiceServer interface {
 	PauseGeneration(context.Context, *PauseGenerationRequest) (*PauseGenerationResponse, error)
 	// Resumes generation after PauseGeneration.
 	ResumeGeneration(context.Context, *ResumeGenerationRequest) (*ResumeGenerationResponse, error)
-	// Writes a checkpoint of a model now.
+	// Writes a checkpoint of a model now. A checkpoint written on request is kept
+	// outside the automatic retention (the trainer's keep_checkpoints): it stays
+	// until DeleteCheckpoint removes it, across restarts too.
 	SaveCheckpoint(context.Context, *SaveCheckpointRequest) (*SaveCheckpointResponse, error)
+	// Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+	// outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+	// there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+	// server resumes from (FAILED_PRECONDITION). Needs an admin key.
+	DeleteCheckpoint(context.Context, *DeleteCheckpointRequest) (*DeleteCheckpointResponse, error)
 	// Holds a model's training: no optimizer step starts until the holder calls
 	// ReleaseTraining. A step in progress finishes, and its weights are served,
 	// before this returns; generation goes on at the returned policy version, so
@@ -202,6 +225,9 @@ func (UnimplementedAdminServiceServer) ResumeGeneration(context.Context, *Resume
 }
 func (UnimplementedAdminServiceServer) SaveCheckpoint(context.Context, *SaveCheckpointRequest) (*SaveCheckpointResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SaveCheckpoint not implemented")
+}
+func (UnimplementedAdminServiceServer) DeleteCheckpoint(context.Context, *DeleteCheckpointRequest) (*DeleteCheckpointResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteCheckpoint not implemented")
 }
 func (UnimplementedAdminServiceServer) HoldTraining(context.Context, *HoldTrainingRequest) (*HoldTrainingResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method HoldTraining not implemented")
@@ -321,6 +347,24 @@ func _AdminService_SaveCheckpoint_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_DeleteCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DeleteCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/swarmrl.v1.AdminService/DeleteCheckpoint",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DeleteCheckpoint(ctx, req.(*DeleteCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_HoldTraining_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(HoldTrainingRequest)
 	if err := dec(in); err != nil {
@@ -434,6 +478,10 @@ var _AdminService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SaveCheckpoint",
 			Handler:    _AdminService_SaveCheckpoint_Handler,
+		},
+		{
+			MethodName: "DeleteCheckpoint",
+			Handler:    _AdminService_DeleteCheckpoint_Handler,
 		},
 		{
 			MethodName: "HoldTraining",

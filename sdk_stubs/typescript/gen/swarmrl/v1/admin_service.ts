@@ -85,6 +85,18 @@ export interface SaveCheckpointResponse {
   paths: string[];
 }
 
+/** Request of DeleteCheckpoint. */
+export interface DeleteCheckpointRequest {
+  /** The model; empty means the only trainable model. */
+  model: string;
+  /** The checkpoint directory, as SaveCheckpoint returned it. */
+  path: string;
+}
+
+/** Response of DeleteCheckpoint. */
+export interface DeleteCheckpointResponse {
+}
+
 /** Request of HoldTraining. */
 export interface HoldTrainingRequest {
   /** The model; empty means the only trainable model. */
@@ -1081,6 +1093,143 @@ export const SaveCheckpointResponse: MessageFns<SaveCheckpointResponse> = {
   fromPartial<I extends Exact<DeepPartial<SaveCheckpointResponse>, I>>(object: I): SaveCheckpointResponse {
     const message = createBaseSaveCheckpointResponse();
     message.paths = object.paths?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseDeleteCheckpointRequest(): DeleteCheckpointRequest {
+  return { model: "", path: "" };
+}
+
+export const DeleteCheckpointRequest: MessageFns<DeleteCheckpointRequest> = {
+  encode(message: DeleteCheckpointRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.path !== "") {
+      writer.uint32(18).string(message.path);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteCheckpointRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteCheckpointRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteCheckpointRequest {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      path: isSet(object.path) ? globalThis.String(object.path) : "",
+    };
+  },
+
+  toJSON(message: DeleteCheckpointRequest): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.path !== "") {
+      obj.path = message.path;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DeleteCheckpointRequest>, I>>(base?: I): DeleteCheckpointRequest {
+    return DeleteCheckpointRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeleteCheckpointRequest>, I>>(object: I): DeleteCheckpointRequest {
+    const message = createBaseDeleteCheckpointRequest();
+    message.model = object.model ?? "";
+    message.path = object.path ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteCheckpointResponse(): DeleteCheckpointResponse {
+  return {};
+}
+
+export const DeleteCheckpointResponse: MessageFns<DeleteCheckpointResponse> = {
+  encode(_: DeleteCheckpointResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteCheckpointResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteCheckpointResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): DeleteCheckpointResponse {
+    return {};
+  },
+
+  toJSON(_: DeleteCheckpointResponse): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DeleteCheckpointResponse>, I>>(base?: I): DeleteCheckpointResponse {
+    return DeleteCheckpointResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeleteCheckpointResponse>, I>>(_: I): DeleteCheckpointResponse {
+    const message = createBaseDeleteCheckpointResponse();
     return message;
   },
 };
@@ -3777,7 +3926,11 @@ export const AdminServiceService = {
       Buffer.from(ResumeGenerationResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ResumeGenerationResponse => ResumeGenerationResponse.decode(value),
   },
-  /** Writes a checkpoint of a model now. */
+  /**
+   * Writes a checkpoint of a model now. A checkpoint written on request is kept
+   * outside the automatic retention (the trainer's keep_checkpoints): it stays
+   * until DeleteCheckpoint removes it, across restarts too.
+   */
   saveCheckpoint: {
     path: "/swarmrl.v1.AdminService/SaveCheckpoint" as const,
     requestStream: false as const,
@@ -3788,6 +3941,23 @@ export const AdminServiceService = {
     responseSerialize: (value: SaveCheckpointResponse): Buffer =>
       Buffer.from(SaveCheckpointResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): SaveCheckpointResponse => SaveCheckpointResponse.decode(value),
+  },
+  /**
+   * Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+   * outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+   * there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+   * server resumes from (FAILED_PRECONDITION). Needs an admin key.
+   */
+  deleteCheckpoint: {
+    path: "/swarmrl.v1.AdminService/DeleteCheckpoint" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteCheckpointRequest): Buffer =>
+      Buffer.from(DeleteCheckpointRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteCheckpointRequest => DeleteCheckpointRequest.decode(value),
+    responseSerialize: (value: DeleteCheckpointResponse): Buffer =>
+      Buffer.from(DeleteCheckpointResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteCheckpointResponse => DeleteCheckpointResponse.decode(value),
   },
   /**
    * Holds a model's training: no optimizer step starts until the holder calls
@@ -3875,8 +4045,19 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
   pauseGeneration: handleUnaryCall<PauseGenerationRequest, PauseGenerationResponse>;
   /** Resumes generation after PauseGeneration. */
   resumeGeneration: handleUnaryCall<ResumeGenerationRequest, ResumeGenerationResponse>;
-  /** Writes a checkpoint of a model now. */
+  /**
+   * Writes a checkpoint of a model now. A checkpoint written on request is kept
+   * outside the automatic retention (the trainer's keep_checkpoints): it stays
+   * until DeleteCheckpoint removes it, across restarts too.
+   */
   saveCheckpoint: handleUnaryCall<SaveCheckpointRequest, SaveCheckpointResponse>;
+  /**
+   * Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+   * outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+   * there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+   * server resumes from (FAILED_PRECONDITION). Needs an admin key.
+   */
+  deleteCheckpoint: handleUnaryCall<DeleteCheckpointRequest, DeleteCheckpointResponse>;
   /**
    * Holds a model's training: no optimizer step starts until the holder calls
    * ReleaseTraining. A step in progress finishes, and its weights are served,
@@ -3972,7 +4153,11 @@ export interface AdminServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ResumeGenerationResponse) => void,
   ): ClientUnaryCall;
-  /** Writes a checkpoint of a model now. */
+  /**
+   * Writes a checkpoint of a model now. A checkpoint written on request is kept
+   * outside the automatic retention (the trainer's keep_checkpoints): it stays
+   * until DeleteCheckpoint removes it, across restarts too.
+   */
   saveCheckpoint(
     request: SaveCheckpointRequest,
     callback: (error: ServiceError | null, response: SaveCheckpointResponse) => void,
@@ -3987,6 +4172,27 @@ export interface AdminServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SaveCheckpointResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+   * outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+   * there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+   * server resumes from (FAILED_PRECONDITION). Needs an admin key.
+   */
+  deleteCheckpoint(
+    request: DeleteCheckpointRequest,
+    callback: (error: ServiceError | null, response: DeleteCheckpointResponse) => void,
+  ): ClientUnaryCall;
+  deleteCheckpoint(
+    request: DeleteCheckpointRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteCheckpointResponse) => void,
+  ): ClientUnaryCall;
+  deleteCheckpoint(
+    request: DeleteCheckpointRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteCheckpointResponse) => void,
   ): ClientUnaryCall;
   /**
    * Holds a model's training: no optimizer step starts until the holder calls

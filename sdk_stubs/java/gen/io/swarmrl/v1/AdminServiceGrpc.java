@@ -180,6 +180,38 @@ public final class AdminServiceGrpc {
     return getSaveCheckpointMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.DeleteCheckpointRequest,
+      io.swarmrl.v1.DeleteCheckpointResponse> getDeleteCheckpointMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "DeleteCheckpoint",
+      requestType = io.swarmrl.v1.DeleteCheckpointRequest.class,
+      responseType = io.swarmrl.v1.DeleteCheckpointResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<io.swarmrl.v1.DeleteCheckpointRequest,
+      io.swarmrl.v1.DeleteCheckpointResponse> getDeleteCheckpointMethod() {
+    io.grpc.MethodDescriptor<io.swarmrl.v1.DeleteCheckpointRequest, io.swarmrl.v1.DeleteCheckpointResponse> getDeleteCheckpointMethod;
+    if ((getDeleteCheckpointMethod = AdminServiceGrpc.getDeleteCheckpointMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getDeleteCheckpointMethod = AdminServiceGrpc.getDeleteCheckpointMethod) == null) {
+          AdminServiceGrpc.getDeleteCheckpointMethod = getDeleteCheckpointMethod =
+              io.grpc.MethodDescriptor.<io.swarmrl.v1.DeleteCheckpointRequest, io.swarmrl.v1.DeleteCheckpointResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "DeleteCheckpoint"))
+              .setIdempotent(true)
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.DeleteCheckpointRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.swarmrl.v1.DeleteCheckpointResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("DeleteCheckpoint"))
+              .build();
+        }
+      }
+    }
+    return getDeleteCheckpointMethod;
+  }
+
   private static volatile io.grpc.MethodDescriptor<io.swarmrl.v1.HoldTrainingRequest,
       io.swarmrl.v1.HoldTrainingResponse> getHoldTrainingMethod;
 
@@ -435,12 +467,27 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
-     * Writes a checkpoint of a model now.
+     * Writes a checkpoint of a model now. A checkpoint written on request is kept
+     * outside the automatic retention (the trainer's keep_checkpoints): it stays
+     * until DeleteCheckpoint removes it, across restarts too.
      * </pre>
      */
     public void saveCheckpoint(io.swarmrl.v1.SaveCheckpointRequest request,
         io.grpc.stub.StreamObserver<io.swarmrl.v1.SaveCheckpointResponse> responseObserver) {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getSaveCheckpointMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+     * outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+     * there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+     * server resumes from (FAILED_PRECONDITION). Needs an admin key.
+     * </pre>
+     */
+    public void deleteCheckpoint(io.swarmrl.v1.DeleteCheckpointRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.DeleteCheckpointResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getDeleteCheckpointMethod(), responseObserver);
     }
 
     /**
@@ -540,6 +587,13 @@ public final class AdminServiceGrpc {
                 io.swarmrl.v1.SaveCheckpointRequest,
                 io.swarmrl.v1.SaveCheckpointResponse>(
                   this, METHODID_SAVE_CHECKPOINT)))
+          .addMethod(
+            getDeleteCheckpointMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                io.swarmrl.v1.DeleteCheckpointRequest,
+                io.swarmrl.v1.DeleteCheckpointResponse>(
+                  this, METHODID_DELETE_CHECKPOINT)))
           .addMethod(
             getHoldTrainingMethod(),
             io.grpc.stub.ServerCalls.asyncUnaryCall(
@@ -644,13 +698,29 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
-     * Writes a checkpoint of a model now.
+     * Writes a checkpoint of a model now. A checkpoint written on request is kept
+     * outside the automatic retention (the trainer's keep_checkpoints): it stays
+     * until DeleteCheckpoint removes it, across restarts too.
      * </pre>
      */
     public void saveCheckpoint(io.swarmrl.v1.SaveCheckpointRequest request,
         io.grpc.stub.StreamObserver<io.swarmrl.v1.SaveCheckpointResponse> responseObserver) {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getSaveCheckpointMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+     * outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+     * there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+     * server resumes from (FAILED_PRECONDITION). Needs an admin key.
+     * </pre>
+     */
+    public void deleteCheckpoint(io.swarmrl.v1.DeleteCheckpointRequest request,
+        io.grpc.stub.StreamObserver<io.swarmrl.v1.DeleteCheckpointResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getDeleteCheckpointMethod(), getCallOptions()), request, responseObserver);
     }
 
     /**
@@ -780,12 +850,27 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
-     * Writes a checkpoint of a model now.
+     * Writes a checkpoint of a model now. A checkpoint written on request is kept
+     * outside the automatic retention (the trainer's keep_checkpoints): it stays
+     * until DeleteCheckpoint removes it, across restarts too.
      * </pre>
      */
     public io.swarmrl.v1.SaveCheckpointResponse saveCheckpoint(io.swarmrl.v1.SaveCheckpointRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getSaveCheckpointMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+     * outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+     * there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+     * server resumes from (FAILED_PRECONDITION). Needs an admin key.
+     * </pre>
+     */
+    public io.swarmrl.v1.DeleteCheckpointResponse deleteCheckpoint(io.swarmrl.v1.DeleteCheckpointRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getDeleteCheckpointMethod(), getCallOptions(), request);
     }
 
     /**
@@ -914,13 +999,29 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
-     * Writes a checkpoint of a model now.
+     * Writes a checkpoint of a model now. A checkpoint written on request is kept
+     * outside the automatic retention (the trainer's keep_checkpoints): it stays
+     * until DeleteCheckpoint removes it, across restarts too.
      * </pre>
      */
     public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.SaveCheckpointResponse> saveCheckpoint(
         io.swarmrl.v1.SaveCheckpointRequest request) {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getSaveCheckpointMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * Removes one checkpoint of a model (a SaveCheckpoint path). Refused for a path
+     * outside the model's checkpoints (INVALID_ARGUMENT), a checkpoint that is not
+     * there (NOT_FOUND), and the model's newest checkpoint, the one a restarted
+     * server resumes from (FAILED_PRECONDITION). Needs an admin key.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.DeleteCheckpointResponse> deleteCheckpoint(
+        io.swarmrl.v1.DeleteCheckpointRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getDeleteCheckpointMethod(), getCallOptions()), request);
     }
 
     /**
@@ -994,11 +1095,12 @@ public final class AdminServiceGrpc {
   private static final int METHODID_PAUSE_GENERATION = 2;
   private static final int METHODID_RESUME_GENERATION = 3;
   private static final int METHODID_SAVE_CHECKPOINT = 4;
-  private static final int METHODID_HOLD_TRAINING = 5;
-  private static final int METHODID_RELEASE_TRAINING = 6;
-  private static final int METHODID_RESTORE_CHECKPOINT = 7;
-  private static final int METHODID_LIST_CLIENTS = 8;
-  private static final int METHODID_GET_LIVE_SNAPSHOT = 9;
+  private static final int METHODID_DELETE_CHECKPOINT = 5;
+  private static final int METHODID_HOLD_TRAINING = 6;
+  private static final int METHODID_RELEASE_TRAINING = 7;
+  private static final int METHODID_RESTORE_CHECKPOINT = 8;
+  private static final int METHODID_LIST_CLIENTS = 9;
+  private static final int METHODID_GET_LIVE_SNAPSHOT = 10;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1036,6 +1138,10 @@ public final class AdminServiceGrpc {
         case METHODID_SAVE_CHECKPOINT:
           serviceImpl.saveCheckpoint((io.swarmrl.v1.SaveCheckpointRequest) request,
               (io.grpc.stub.StreamObserver<io.swarmrl.v1.SaveCheckpointResponse>) responseObserver);
+          break;
+        case METHODID_DELETE_CHECKPOINT:
+          serviceImpl.deleteCheckpoint((io.swarmrl.v1.DeleteCheckpointRequest) request,
+              (io.grpc.stub.StreamObserver<io.swarmrl.v1.DeleteCheckpointResponse>) responseObserver);
           break;
         case METHODID_HOLD_TRAINING:
           serviceImpl.holdTraining((io.swarmrl.v1.HoldTrainingRequest) request,
@@ -1123,6 +1229,7 @@ public final class AdminServiceGrpc {
               .addMethod(getPauseGenerationMethod())
               .addMethod(getResumeGenerationMethod())
               .addMethod(getSaveCheckpointMethod())
+              .addMethod(getDeleteCheckpointMethod())
               .addMethod(getHoldTrainingMethod())
               .addMethod(getReleaseTrainingMethod())
               .addMethod(getRestoreCheckpointMethod())

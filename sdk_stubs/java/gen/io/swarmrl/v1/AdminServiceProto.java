@@ -65,6 +65,16 @@ public final class AdminServiceProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_swarmrl_v1_SaveCheckpointResponse_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_DeleteCheckpointRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_DeleteCheckpointRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_DeleteCheckpointResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_DeleteCheckpointResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_swarmrl_v1_HoldTrainingRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -197,110 +207,115 @@ public final class AdminServiceProto {
       "uest\"\032\n\030ResumeGenerationResponse\"-\n\025Save" +
       "CheckpointRequest\022\024\n\005model\030\001 \001(\tR\005model\"" +
       ".\n\026SaveCheckpointResponse\022\024\n\005paths\030\001 \003(\t" +
-      "R\005paths\"[\n\023HoldTrainingRequest\022\024\n\005model\030" +
-      "\001 \001(\tR\005model\022\026\n\006holder\030\002 \001(\tR\006holder\022\026\n\006" +
-      "reason\030\003 \001(\tR\006reason\"g\n\024HoldTrainingResp" +
-      "onse\022\024\n\005model\030\001 \001(\tR\005model\022%\n\016policy_ver" +
-      "sion\030\002 \001(\003R\rpolicyVersion\022\022\n\004step\030\003 \001(\003R" +
-      "\004step\"F\n\026ReleaseTrainingRequest\022\024\n\005model" +
-      "\030\001 \001(\tR\005model\022\026\n\006holder\030\002 \001(\tR\006holder\"\031\n" +
-      "\027ReleaseTrainingResponse\"D\n\030RestoreCheck" +
-      "pointRequest\022\024\n\005model\030\001 \001(\tR\005model\022\022\n\004pa" +
-      "th\030\002 \001(\tR\004path\"\201\001\n\031RestoreCheckpointResp" +
-      "onse\022\024\n\005model\030\001 \001(\tR\005model\022%\n\016policy_ver" +
-      "sion\030\002 \001(\003R\rpolicyVersion\022\'\n\017checkpoint_" +
-      "step\030\003 \001(\003R\016checkpointStep\"\024\n\022ListClient" +
-      "sRequest\"\214\001\n\023ListClientsResponse\0220\n\007clie" +
-      "nts\030\001 \003(\0132\026.swarmrl.v1.ClientInfoR\007clien" +
-      "ts\022C\n\016agent_versions\030\002 \003(\0132\034.swarmrl.v1." +
-      "AgentVersionInfoR\ragentVersions\"\224\003\n\nClie" +
-      "ntInfo\022\035\n\nsession_id\030\001 \001(\tR\tsessionId\022\037\n" +
-      "\013client_name\030\002 \001(\tR\nclientName\022#\n\ragent_" +
-      "version\030\003 \001(\tR\014agentVersion\0224\n\026episode_a" +
-      "gent_versions\030\004 \003(\tR\024episodeAgentVersion" +
-      "s\022\024\n\005tasks\030\005 \003(\tR\005tasks\022\026\n\006models\030\006 \003(\tR" +
-      "\006models\022#\n\ropen_episodes\030\007 \001(\005R\014openEpis" +
-      "odes\022%\n\016ended_episodes\030\010 \001(\003R\rendedEpiso" +
-      "des\022)\n\020aborted_episodes\030\t \001(\003R\017abortedEp" +
-      "isodes\022F\n\021lease_expire_time\030\n \001(\0132\032.goog" +
-      "le.protobuf.TimestampR\017leaseExpireTime\"\374" +
-      "\001\n\020AgentVersionInfo\022#\n\ragent_version\030\001 \001" +
-      "(\tR\014agentVersion\022#\n\ropen_episodes\030\002 \001(\005R" +
-      "\014openEpisodes\022%\n\016ended_episodes\030\003 \001(\003R\re" +
-      "ndedEpisodes\022)\n\020aborted_episodes\030\004 \001(\003R\017" +
-      "abortedEpisodes\022+\n\021consumed_episodes\030\005 \001" +
-      "(\003R\020consumedEpisodes\022\037\n\013mean_reward\030\006 \001(" +
-      "\001R\nmeanReward\"\030\n\026GetLiveSnapshotRequest\"" +
-      "O\n\027GetLiveSnapshotResponse\0224\n\010snapshot\030\001" +
-      " \001(\0132\030.swarmrl.v1.LiveSnapshotR\010snapshot" +
-      "\"\206\003\n\014LiveSnapshot\022\'\n\017server_instance\030\001 \001" +
-      "(\tR\016serverInstance\022\022\n\004time\030\002 \001(\001R\004time\022\026" +
-      "\n\006paused\030\003 \001(\tR\006paused\022\032\n\010sessions\030\004 \001(\005" +
-      "R\010sessions\0229\n\010episodes\030\005 \001(\0132\035.swarmrl.v" +
-      "1.LiveEpisodeCountsR\010episodes\022.\n\006totals\030" +
-      "\006 \001(\0132\026.swarmrl.v1.LiveTotalsR\006totals\022-\n" +
-      "\006models\030\007 \003(\0132\025.swarmrl.v1.LiveModelR\006mo" +
-      "dels\022<\n\ropen_episodes\030\010 \003(\0132\027.swarmrl.v1" +
-      ".LiveEpisodeR\014openEpisodes\022-\n\006errors\030\t \003" +
-      "(\0132\025.swarmrl.v1.LiveErrorR\006errors\"W\n\021Liv" +
-      "eEpisodeCounts\022\022\n\004open\030\001 \001(\005R\004open\022\024\n\005en" +
-      "ded\030\002 \001(\001R\005ended\022\030\n\007aborted\030\003 \001(\001R\007abort" +
-      "ed\"t\n\nLiveTotals\022\024\n\005calls\030\001 \001(\001R\005calls\022#" +
-      "\n\rprompt_tokens\030\002 \001(\001R\014promptTokens\022+\n\021c" +
-      "ompletion_tokens\030\003 \001(\001R\020completionTokens" +
-      "\"\261\002\n\tLiveModel\022\022\n\004name\030\001 \001(\tR\004name\022%\n\016po" +
-      "licy_version\030\002 \001(\005R\rpolicyVersion\022\034\n\ttra" +
-      "inable\030\003 \001(\010R\ttrainable\022\032\n\010inflight\030\004 \001(" +
-      "\005R\010inflight\022*\n\016engine_waiting\030\005 \001(\005H\000R\re" +
-      "ngineWaiting\210\001\001\022*\n\016engine_running\030\006 \001(\005H" +
-      "\001R\rengineRunning\210\001\001\0221\n\007trainer\030\007 \001(\0132\027.s" +
-      "warmrl.v1.LiveTrainerR\007trainerB\021\n\017_engin" +
-      "e_waitingB\021\n\017_engine_running\"\223\003\n\013LiveTra" +
-      "iner\022\022\n\004step\030\001 \001(\005R\004step\022\033\n\tmax_steps\030\002 " +
-      "\001(\005R\010maxSteps\022%\n\016policy_version\030\003 \001(\005R\rp" +
-      "olicyVersion\022\030\n\007pending\030\004 \001(\005R\007pending\022\024" +
-      "\n\005error\030\005 \001(\tR\005error\022\035\n\nbatch_rule\030\006 \001(\t" +
-      "R\tbatchRule\022\035\n\nbatch_size\030\007 \001(\005R\tbatchSi" +
-      "ze\022\035\n\ngroup_size\030\010 \001(\005R\tgroupSize\022/\n\005tas" +
-      "ks\030\t \003(\0132\031.swarmrl.v1.LiveTaskQueueR\005tas" +
-      "ks\0225\n\004last\030\n \003(\0132!.swarmrl.v1.LiveTraine" +
-      "r.LastEntryR\004last\0327\n\tLastEntry\022\020\n\003key\030\001 " +
-      "\001(\tR\003key\022\024\n\005value\030\002 \001(\001R\005value:\0028\001\"B\n\rLi" +
-      "veTaskQueue\022\027\n\007task_id\030\001 \001(\tR\006taskId\022\030\n\007" +
-      "pending\030\002 \001(\005R\007pending\"\343\001\n\013LiveEpisode\022\035" +
-      "\n\nepisode_id\030\001 \001(\tR\tepisodeId\022\027\n\007task_id" +
-      "\030\002 \001(\tR\006taskId\022#\n\ragent_version\030\003 \001(\tR\014a" +
-      "gentVersion\022\026\n\006models\030\004 \003(\tR\006models\022\035\n\ns" +
-      "ession_id\030\005 \001(\tR\tsessionId\022\024\n\005calls\030\006 \001(" +
-      "\005R\005calls\022\025\n\006idle_s\030\007 \001(\001R\005idleS\022\023\n\005age_s" +
-      "\030\010 \001(\001R\004ageS\"y\n\tLiveError\022\022\n\004time\030\001 \001(\001R" +
-      "\004time\022\022\n\004door\030\002 \001(\tR\004door\022\026\n\006method\030\003 \001(" +
-      "\tR\006method\022\022\n\004code\030\004 \001(\tR\004code\022\030\n\007message" +
-      "\030\005 \001(\tR\007message2\250\007\n\014AdminService\022M\n\tGetS" +
-      "tatus\022\034.swarmrl.v1.GetStatusRequest\032\035.sw" +
-      "armrl.v1.GetStatusResponse\"\003\220\002\001\022P\n\nListM" +
-      "odels\022\035.swarmrl.v1.ListModelsRequest\032\036.s" +
-      "warmrl.v1.ListModelsResponse\"\003\220\002\001\022_\n\017Pau" +
-      "seGeneration\022\".swarmrl.v1.PauseGeneratio" +
-      "nRequest\032#.swarmrl.v1.PauseGenerationRes" +
-      "ponse\"\003\220\002\002\022b\n\020ResumeGeneration\022#.swarmrl" +
-      ".v1.ResumeGenerationRequest\032$.swarmrl.v1" +
-      ".ResumeGenerationResponse\"\003\220\002\002\022\\\n\016SaveCh" +
-      "eckpoint\022!.swarmrl.v1.SaveCheckpointRequ" +
-      "est\032\".swarmrl.v1.SaveCheckpointResponse\"" +
-      "\003\220\002\002\022V\n\014HoldTraining\022\037.swarmrl.v1.HoldTr" +
-      "ainingRequest\032 .swarmrl.v1.HoldTrainingR" +
-      "esponse\"\003\220\002\002\022_\n\017ReleaseTraining\022\".swarmr" +
-      "l.v1.ReleaseTrainingRequest\032#.swarmrl.v1" +
-      ".ReleaseTrainingResponse\"\003\220\002\002\022e\n\021Restore" +
-      "Checkpoint\022$.swarmrl.v1.RestoreCheckpoin" +
-      "tRequest\032%.swarmrl.v1.RestoreCheckpointR" +
-      "esponse\"\003\220\002\002\022S\n\013ListClients\022\036.swarmrl.v1" +
-      ".ListClientsRequest\032\037.swarmrl.v1.ListCli" +
-      "entsResponse\"\003\220\002\001\022_\n\017GetLiveSnapshot\022\".s" +
-      "warmrl.v1.GetLiveSnapshotRequest\032#.swarm" +
-      "rl.v1.GetLiveSnapshotResponse\"\003\220\002\001B$\n\rio" +
-      ".swarmrl.v1B\021AdminServiceProtoP\001b\006proto3"
+      "R\005paths\"C\n\027DeleteCheckpointRequest\022\024\n\005mo" +
+      "del\030\001 \001(\tR\005model\022\022\n\004path\030\002 \001(\tR\004path\"\032\n\030" +
+      "DeleteCheckpointResponse\"[\n\023HoldTraining" +
+      "Request\022\024\n\005model\030\001 \001(\tR\005model\022\026\n\006holder\030" +
+      "\002 \001(\tR\006holder\022\026\n\006reason\030\003 \001(\tR\006reason\"g\n" +
+      "\024HoldTrainingResponse\022\024\n\005model\030\001 \001(\tR\005mo" +
+      "del\022%\n\016policy_version\030\002 \001(\003R\rpolicyVersi" +
+      "on\022\022\n\004step\030\003 \001(\003R\004step\"F\n\026ReleaseTrainin" +
+      "gRequest\022\024\n\005model\030\001 \001(\tR\005model\022\026\n\006holder" +
+      "\030\002 \001(\tR\006holder\"\031\n\027ReleaseTrainingRespons" +
+      "e\"D\n\030RestoreCheckpointRequest\022\024\n\005model\030\001" +
+      " \001(\tR\005model\022\022\n\004path\030\002 \001(\tR\004path\"\201\001\n\031Rest" +
+      "oreCheckpointResponse\022\024\n\005model\030\001 \001(\tR\005mo" +
+      "del\022%\n\016policy_version\030\002 \001(\003R\rpolicyVersi" +
+      "on\022\'\n\017checkpoint_step\030\003 \001(\003R\016checkpointS" +
+      "tep\"\024\n\022ListClientsRequest\"\214\001\n\023ListClient" +
+      "sResponse\0220\n\007clients\030\001 \003(\0132\026.swarmrl.v1." +
+      "ClientInfoR\007clients\022C\n\016agent_versions\030\002 " +
+      "\003(\0132\034.swarmrl.v1.AgentVersionInfoR\ragent" +
+      "Versions\"\224\003\n\nClientInfo\022\035\n\nsession_id\030\001 " +
+      "\001(\tR\tsessionId\022\037\n\013client_name\030\002 \001(\tR\ncli" +
+      "entName\022#\n\ragent_version\030\003 \001(\tR\014agentVer" +
+      "sion\0224\n\026episode_agent_versions\030\004 \003(\tR\024ep" +
+      "isodeAgentVersions\022\024\n\005tasks\030\005 \003(\tR\005tasks" +
+      "\022\026\n\006models\030\006 \003(\tR\006models\022#\n\ropen_episode" +
+      "s\030\007 \001(\005R\014openEpisodes\022%\n\016ended_episodes\030" +
+      "\010 \001(\003R\rendedEpisodes\022)\n\020aborted_episodes" +
+      "\030\t \001(\003R\017abortedEpisodes\022F\n\021lease_expire_" +
+      "time\030\n \001(\0132\032.google.protobuf.TimestampR\017" +
+      "leaseExpireTime\"\374\001\n\020AgentVersionInfo\022#\n\r" +
+      "agent_version\030\001 \001(\tR\014agentVersion\022#\n\rope" +
+      "n_episodes\030\002 \001(\005R\014openEpisodes\022%\n\016ended_" +
+      "episodes\030\003 \001(\003R\rendedEpisodes\022)\n\020aborted" +
+      "_episodes\030\004 \001(\003R\017abortedEpisodes\022+\n\021cons" +
+      "umed_episodes\030\005 \001(\003R\020consumedEpisodes\022\037\n" +
+      "\013mean_reward\030\006 \001(\001R\nmeanReward\"\030\n\026GetLiv" +
+      "eSnapshotRequest\"O\n\027GetLiveSnapshotRespo" +
+      "nse\0224\n\010snapshot\030\001 \001(\0132\030.swarmrl.v1.LiveS" +
+      "napshotR\010snapshot\"\206\003\n\014LiveSnapshot\022\'\n\017se" +
+      "rver_instance\030\001 \001(\tR\016serverInstance\022\022\n\004t" +
+      "ime\030\002 \001(\001R\004time\022\026\n\006paused\030\003 \001(\tR\006paused\022" +
+      "\032\n\010sessions\030\004 \001(\005R\010sessions\0229\n\010episodes\030" +
+      "\005 \001(\0132\035.swarmrl.v1.LiveEpisodeCountsR\010ep" +
+      "isodes\022.\n\006totals\030\006 \001(\0132\026.swarmrl.v1.Live" +
+      "TotalsR\006totals\022-\n\006models\030\007 \003(\0132\025.swarmrl" +
+      ".v1.LiveModelR\006models\022<\n\ropen_episodes\030\010" +
+      " \003(\0132\027.swarmrl.v1.LiveEpisodeR\014openEpiso" +
+      "des\022-\n\006errors\030\t \003(\0132\025.swarmrl.v1.LiveErr" +
+      "orR\006errors\"W\n\021LiveEpisodeCounts\022\022\n\004open\030" +
+      "\001 \001(\005R\004open\022\024\n\005ended\030\002 \001(\001R\005ended\022\030\n\007abo" +
+      "rted\030\003 \001(\001R\007aborted\"t\n\nLiveTotals\022\024\n\005cal" +
+      "ls\030\001 \001(\001R\005calls\022#\n\rprompt_tokens\030\002 \001(\001R\014" +
+      "promptTokens\022+\n\021completion_tokens\030\003 \001(\001R" +
+      "\020completionTokens\"\261\002\n\tLiveModel\022\022\n\004name\030" +
+      "\001 \001(\tR\004name\022%\n\016policy_version\030\002 \001(\005R\rpol" +
+      "icyVersion\022\034\n\ttrainable\030\003 \001(\010R\ttrainable" +
+      "\022\032\n\010inflight\030\004 \001(\005R\010inflight\022*\n\016engine_w" +
+      "aiting\030\005 \001(\005H\000R\rengineWaiting\210\001\001\022*\n\016engi" +
+      "ne_running\030\006 \001(\005H\001R\rengineRunning\210\001\001\0221\n\007" +
+      "trainer\030\007 \001(\0132\027.swarmrl.v1.LiveTrainerR\007" +
+      "trainerB\021\n\017_engine_waitingB\021\n\017_engine_ru" +
+      "nning\"\223\003\n\013LiveTrainer\022\022\n\004step\030\001 \001(\005R\004ste" +
+      "p\022\033\n\tmax_steps\030\002 \001(\005R\010maxSteps\022%\n\016policy" +
+      "_version\030\003 \001(\005R\rpolicyVersion\022\030\n\007pending" +
+      "\030\004 \001(\005R\007pending\022\024\n\005error\030\005 \001(\tR\005error\022\035\n" +
+      "\nbatch_rule\030\006 \001(\tR\tbatchRule\022\035\n\nbatch_si" +
+      "ze\030\007 \001(\005R\tbatchSize\022\035\n\ngroup_size\030\010 \001(\005R" +
+      "\tgroupSize\022/\n\005tasks\030\t \003(\0132\031.swarmrl.v1.L" +
+      "iveTaskQueueR\005tasks\0225\n\004last\030\n \003(\0132!.swar" +
+      "mrl.v1.LiveTrainer.LastEntryR\004last\0327\n\tLa" +
+      "stEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001" +
+      "R\005value:\0028\001\"B\n\rLiveTaskQueue\022\027\n\007task_id\030" +
+      "\001 \001(\tR\006taskId\022\030\n\007pending\030\002 \001(\005R\007pending\"" +
+      "\343\001\n\013LiveEpisode\022\035\n\nepisode_id\030\001 \001(\tR\tepi" +
+      "sodeId\022\027\n\007task_id\030\002 \001(\tR\006taskId\022#\n\ragent" +
+      "_version\030\003 \001(\tR\014agentVersion\022\026\n\006models\030\004" +
+      " \003(\tR\006models\022\035\n\nsession_id\030\005 \001(\tR\tsessio" +
+      "nId\022\024\n\005calls\030\006 \001(\005R\005calls\022\025\n\006idle_s\030\007 \001(" +
+      "\001R\005idleS\022\023\n\005age_s\030\010 \001(\001R\004ageS\"y\n\tLiveErr" +
+      "or\022\022\n\004time\030\001 \001(\001R\004time\022\022\n\004door\030\002 \001(\tR\004do" +
+      "or\022\026\n\006method\030\003 \001(\tR\006method\022\022\n\004code\030\004 \001(\t" +
+      "R\004code\022\030\n\007message\030\005 \001(\tR\007message2\214\010\n\014Adm" +
+      "inService\022M\n\tGetStatus\022\034.swarmrl.v1.GetS" +
+      "tatusRequest\032\035.swarmrl.v1.GetStatusRespo" +
+      "nse\"\003\220\002\001\022P\n\nListModels\022\035.swarmrl.v1.List" +
+      "ModelsRequest\032\036.swarmrl.v1.ListModelsRes" +
+      "ponse\"\003\220\002\001\022_\n\017PauseGeneration\022\".swarmrl." +
+      "v1.PauseGenerationRequest\032#.swarmrl.v1.P" +
+      "auseGenerationResponse\"\003\220\002\002\022b\n\020ResumeGen" +
+      "eration\022#.swarmrl.v1.ResumeGenerationReq" +
+      "uest\032$.swarmrl.v1.ResumeGenerationRespon" +
+      "se\"\003\220\002\002\022\\\n\016SaveCheckpoint\022!.swarmrl.v1.S" +
+      "aveCheckpointRequest\032\".swarmrl.v1.SaveCh" +
+      "eckpointResponse\"\003\220\002\002\022b\n\020DeleteCheckpoin" +
+      "t\022#.swarmrl.v1.DeleteCheckpointRequest\032$" +
+      ".swarmrl.v1.DeleteCheckpointResponse\"\003\220\002" +
+      "\002\022V\n\014HoldTraining\022\037.swarmrl.v1.HoldTrain" +
+      "ingRequest\032 .swarmrl.v1.HoldTrainingResp" +
+      "onse\"\003\220\002\002\022_\n\017ReleaseTraining\022\".swarmrl.v" +
+      "1.ReleaseTrainingRequest\032#.swarmrl.v1.Re" +
+      "leaseTrainingResponse\"\003\220\002\002\022e\n\021RestoreChe" +
+      "ckpoint\022$.swarmrl.v1.RestoreCheckpointRe" +
+      "quest\032%.swarmrl.v1.RestoreCheckpointResp" +
+      "onse\"\003\220\002\002\022S\n\013ListClients\022\036.swarmrl.v1.Li" +
+      "stClientsRequest\032\037.swarmrl.v1.ListClient" +
+      "sResponse\"\003\220\002\001\022_\n\017GetLiveSnapshot\022\".swar" +
+      "mrl.v1.GetLiveSnapshotRequest\032#.swarmrl." +
+      "v1.GetLiveSnapshotResponse\"\003\220\002\001B$\n\rio.sw" +
+      "armrl.v1B\021AdminServiceProtoP\001b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -368,104 +383,116 @@ public final class AdminServiceProto {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_SaveCheckpointResponse_descriptor,
         new java.lang.String[] { "Paths", });
-    internal_static_swarmrl_v1_HoldTrainingRequest_descriptor =
+    internal_static_swarmrl_v1_DeleteCheckpointRequest_descriptor =
       getDescriptor().getMessageTypes().get(10);
+    internal_static_swarmrl_v1_DeleteCheckpointRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_DeleteCheckpointRequest_descriptor,
+        new java.lang.String[] { "Model", "Path", });
+    internal_static_swarmrl_v1_DeleteCheckpointResponse_descriptor =
+      getDescriptor().getMessageTypes().get(11);
+    internal_static_swarmrl_v1_DeleteCheckpointResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_DeleteCheckpointResponse_descriptor,
+        new java.lang.String[] { });
+    internal_static_swarmrl_v1_HoldTrainingRequest_descriptor =
+      getDescriptor().getMessageTypes().get(12);
     internal_static_swarmrl_v1_HoldTrainingRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_HoldTrainingRequest_descriptor,
         new java.lang.String[] { "Model", "Holder", "Reason", });
     internal_static_swarmrl_v1_HoldTrainingResponse_descriptor =
-      getDescriptor().getMessageTypes().get(11);
+      getDescriptor().getMessageTypes().get(13);
     internal_static_swarmrl_v1_HoldTrainingResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_HoldTrainingResponse_descriptor,
         new java.lang.String[] { "Model", "PolicyVersion", "Step", });
     internal_static_swarmrl_v1_ReleaseTrainingRequest_descriptor =
-      getDescriptor().getMessageTypes().get(12);
+      getDescriptor().getMessageTypes().get(14);
     internal_static_swarmrl_v1_ReleaseTrainingRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ReleaseTrainingRequest_descriptor,
         new java.lang.String[] { "Model", "Holder", });
     internal_static_swarmrl_v1_ReleaseTrainingResponse_descriptor =
-      getDescriptor().getMessageTypes().get(13);
+      getDescriptor().getMessageTypes().get(15);
     internal_static_swarmrl_v1_ReleaseTrainingResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ReleaseTrainingResponse_descriptor,
         new java.lang.String[] { });
     internal_static_swarmrl_v1_RestoreCheckpointRequest_descriptor =
-      getDescriptor().getMessageTypes().get(14);
+      getDescriptor().getMessageTypes().get(16);
     internal_static_swarmrl_v1_RestoreCheckpointRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_RestoreCheckpointRequest_descriptor,
         new java.lang.String[] { "Model", "Path", });
     internal_static_swarmrl_v1_RestoreCheckpointResponse_descriptor =
-      getDescriptor().getMessageTypes().get(15);
+      getDescriptor().getMessageTypes().get(17);
     internal_static_swarmrl_v1_RestoreCheckpointResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_RestoreCheckpointResponse_descriptor,
         new java.lang.String[] { "Model", "PolicyVersion", "CheckpointStep", });
     internal_static_swarmrl_v1_ListClientsRequest_descriptor =
-      getDescriptor().getMessageTypes().get(16);
+      getDescriptor().getMessageTypes().get(18);
     internal_static_swarmrl_v1_ListClientsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ListClientsRequest_descriptor,
         new java.lang.String[] { });
     internal_static_swarmrl_v1_ListClientsResponse_descriptor =
-      getDescriptor().getMessageTypes().get(17);
+      getDescriptor().getMessageTypes().get(19);
     internal_static_swarmrl_v1_ListClientsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ListClientsResponse_descriptor,
         new java.lang.String[] { "Clients", "AgentVersions", });
     internal_static_swarmrl_v1_ClientInfo_descriptor =
-      getDescriptor().getMessageTypes().get(18);
+      getDescriptor().getMessageTypes().get(20);
     internal_static_swarmrl_v1_ClientInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ClientInfo_descriptor,
         new java.lang.String[] { "SessionId", "ClientName", "AgentVersion", "EpisodeAgentVersions", "Tasks", "Models", "OpenEpisodes", "EndedEpisodes", "AbortedEpisodes", "LeaseExpireTime", });
     internal_static_swarmrl_v1_AgentVersionInfo_descriptor =
-      getDescriptor().getMessageTypes().get(19);
+      getDescriptor().getMessageTypes().get(21);
     internal_static_swarmrl_v1_AgentVersionInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_AgentVersionInfo_descriptor,
         new java.lang.String[] { "AgentVersion", "OpenEpisodes", "EndedEpisodes", "AbortedEpisodes", "ConsumedEpisodes", "MeanReward", });
     internal_static_swarmrl_v1_GetLiveSnapshotRequest_descriptor =
-      getDescriptor().getMessageTypes().get(20);
+      getDescriptor().getMessageTypes().get(22);
     internal_static_swarmrl_v1_GetLiveSnapshotRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_GetLiveSnapshotRequest_descriptor,
         new java.lang.String[] { });
     internal_static_swarmrl_v1_GetLiveSnapshotResponse_descriptor =
-      getDescriptor().getMessageTypes().get(21);
+      getDescriptor().getMessageTypes().get(23);
     internal_static_swarmrl_v1_GetLiveSnapshotResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_GetLiveSnapshotResponse_descriptor,
         new java.lang.String[] { "Snapshot", });
     internal_static_swarmrl_v1_LiveSnapshot_descriptor =
-      getDescriptor().getMessageTypes().get(22);
+      getDescriptor().getMessageTypes().get(24);
     internal_static_swarmrl_v1_LiveSnapshot_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveSnapshot_descriptor,
         new java.lang.String[] { "ServerInstance", "Time", "Paused", "Sessions", "Episodes", "Totals", "Models", "OpenEpisodes", "Errors", });
     internal_static_swarmrl_v1_LiveEpisodeCounts_descriptor =
-      getDescriptor().getMessageTypes().get(23);
+      getDescriptor().getMessageTypes().get(25);
     internal_static_swarmrl_v1_LiveEpisodeCounts_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveEpisodeCounts_descriptor,
         new java.lang.String[] { "Open", "Ended", "Aborted", });
     internal_static_swarmrl_v1_LiveTotals_descriptor =
-      getDescriptor().getMessageTypes().get(24);
+      getDescriptor().getMessageTypes().get(26);
     internal_static_swarmrl_v1_LiveTotals_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveTotals_descriptor,
         new java.lang.String[] { "Calls", "PromptTokens", "CompletionTokens", });
     internal_static_swarmrl_v1_LiveModel_descriptor =
-      getDescriptor().getMessageTypes().get(25);
+      getDescriptor().getMessageTypes().get(27);
     internal_static_swarmrl_v1_LiveModel_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveModel_descriptor,
         new java.lang.String[] { "Name", "PolicyVersion", "Trainable", "Inflight", "EngineWaiting", "EngineRunning", "Trainer", "EngineWaiting", "EngineRunning", });
     internal_static_swarmrl_v1_LiveTrainer_descriptor =
-      getDescriptor().getMessageTypes().get(26);
+      getDescriptor().getMessageTypes().get(28);
     internal_static_swarmrl_v1_LiveTrainer_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveTrainer_descriptor,
@@ -477,19 +504,19 @@ public final class AdminServiceProto {
         internal_static_swarmrl_v1_LiveTrainer_LastEntry_descriptor,
         new java.lang.String[] { "Key", "Value", });
     internal_static_swarmrl_v1_LiveTaskQueue_descriptor =
-      getDescriptor().getMessageTypes().get(27);
+      getDescriptor().getMessageTypes().get(29);
     internal_static_swarmrl_v1_LiveTaskQueue_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveTaskQueue_descriptor,
         new java.lang.String[] { "TaskId", "Pending", });
     internal_static_swarmrl_v1_LiveEpisode_descriptor =
-      getDescriptor().getMessageTypes().get(28);
+      getDescriptor().getMessageTypes().get(30);
     internal_static_swarmrl_v1_LiveEpisode_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveEpisode_descriptor,
         new java.lang.String[] { "EpisodeId", "TaskId", "AgentVersion", "Models", "SessionId", "Calls", "IdleS", "AgeS", });
     internal_static_swarmrl_v1_LiveError_descriptor =
-      getDescriptor().getMessageTypes().get(29);
+      getDescriptor().getMessageTypes().get(31);
     internal_static_swarmrl_v1_LiveError_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveError_descriptor,
