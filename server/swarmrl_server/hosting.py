@@ -83,7 +83,13 @@ class TrainerHandle(Protocol):
 
     def declare_done(self, session_id: str) -> None: ...
 
-    async def save_checkpoint(self) -> Path: ...
+    async def save_checkpoint(self, *, kept: bool = False) -> Path:
+        """`kept`: on a client's request, so outside the automatic retention."""
+        ...
+
+    async def delete_checkpoint(self, path: str) -> Path:
+        """Removes one checkpoint (never the newest); returns its directory."""
+        ...
 
     async def hold(self, holder: str, reason: str) -> tuple[int, int]:
         """Holds training (and the model's generation) for `holder`: (version, step)."""

@@ -179,8 +179,15 @@ class Swarm:
         await self.events.append("policy_version_changed", model=model, policy_version=version)
 
     async def save_checkpoints(self, model: str = "") -> list[Path]:
-        """Checkpoints `model` (or every trainable model) now."""
-        return [await t.save_checkpoint() for t in self._trainers(model, "checkpoint")]
+        """Checkpoints `model` (or every trainable model) now, on a client's request: each
+        is kept outside the automatic retention until `delete_checkpoint`."""
+        return [await t.save_checkpoint(kept=True) for t in self._trainers(model, "checkpoint")]
+
+    async def delete_checkpoint(self, model: str, path: str) -> tuple[str, Path]:
+        """Removes one checkpoint of `model` (the only trainable model when empty); returns
+        (model, the directory removed)."""
+        trainer = self._one_trainer(model, "delete a checkpoint of")
+        return trainer.name, await trainer.delete_checkpoint(path)
 
     async def hold_training(self, model: str, holder: str, reason: str) -> tuple[str, int, int]:
         """Holds the training of `model` (the only trainable model when empty) for

@@ -21,6 +21,7 @@ ADMIN_ONLY = (
     "/swarmrl.v1.AdminService/PauseGeneration",
     "/swarmrl.v1.AdminService/ResumeGeneration",
     "/swarmrl.v1.AdminService/SaveCheckpoint",
+    "/swarmrl.v1.AdminService/DeleteCheckpoint",  # removes files: admin only
     "/swarmrl.v1.AdminService/HoldTraining",
     "/swarmrl.v1.AdminService/ReleaseTraining",
     "/swarmrl.v1.AdminService/RestoreCheckpoint",  # loads weights: admin only

@@ -274,3 +274,8 @@ class AdminServicer(admin_grpc.AdminServiceServicer):
     async def SaveCheckpoint(self, request: admin_pb.SaveCheckpointRequest, context: Context) -> admin_pb.SaveCheckpointResponse:
         paths = await self.swarm.save_checkpoints(request.model)
         return admin_pb.SaveCheckpointResponse(paths=[str(p) for p in paths])
+
+    @translate_errors
+    async def DeleteCheckpoint(self, request: admin_pb.DeleteCheckpointRequest, context: Context) -> admin_pb.DeleteCheckpointResponse:
+        await self.swarm.delete_checkpoint(request.model, request.path)
+        return admin_pb.DeleteCheckpointResponse()

@@ -12,7 +12,16 @@ Layout: ``<data_dir>/checkpoints/<model>/step-<N>/`` holding
 
 Writes are atomic: everything goes to a temporary sibling directory that is
 renamed into place, so a crash mid-write leaves the previous checkpoint as the
-latest one. Only the most recent `keep` checkpoints are kept.
+latest one.
+
+Retention: the most recent `keep` checkpoints (the trainer's keep_checkpoints) are
+kept, except those *kept on request*: a checkpoint a client asked for (SaveCheckpoint)
+holds a marker file, ``kept.json`` (`mark_kept`), written and fsynced in its step
+directory, so a restarted server still knows it. Pruning never counts or removes a
+marked checkpoint; only `delete` does, on a client's request, and it never removes the
+newest checkpoint of all (the one a restarted server resumes from). So a client that
+keeps what it may come back to (the best by validation, the latest) and deletes the
+rest holds its disk use bounded without ever losing either.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ import random
 import re
 import shutil
 import tempfile
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +41,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from swarmrl_server.errors import Code, Reason, SwarmError, invalid
+
 STATE_FILE = "trainer_state.json"
+KEPT_FILE = "kept.json"
+"""The marker of a checkpoint kept on request: outside automatic retention."""
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                     "vocab.json", "merges.txt", "chat_template.jinja", "generation_config.json")
@@ -83,6 +98,8 @@ def save(
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(rng_state(), tmp / "rng.pt")
         (tmp / STATE_FILE).write_text(json.dumps(state.__dict__, indent=1))
+        if is_kept(final):  # a step saved again keeps its mark
+            shutil.copy2(final / KEPT_FILE, tmp / KEPT_FILE)
         _fsync_dir_files(tmp)
         if final.exists():  # re-saving a step (e.g. on stop right after a periodic save)
             shutil.rmtree(final)
@@ -123,11 +140,60 @@ def list_steps(root: Path) -> list[tuple[int, Path]]:
 
 
 def prune(root: Path, keep: int) -> None:
-    steps = list_steps(root)
+    """Removes all but the `keep` newest checkpoints not kept on request (and the
+    leftovers of interrupted writes and deletes)."""
+    steps = [(n, p) for n, p in list_steps(root) if not is_kept(p)]
     for _, path in steps[: max(len(steps) - keep, 0)]:
         shutil.rmtree(path, ignore_errors=True)
-    for p in root.glob(".step-*"):  # temp dirs of writes a crash interrupted
+    for p in root.glob(".step-*"):  # temp dirs of writes (and deletes) a crash interrupted
         shutil.rmtree(p, ignore_errors=True)
+
+
+def is_kept(path: Path) -> bool:
+    """Whether the checkpoint at `path` is kept on request (outside retention)."""
+    return (path / KEPT_FILE).is_file()
+
+
+def mark_kept(path: Path, reason: str = "SaveCheckpoint") -> None:
+    """Marks the checkpoint at `path` kept on request, durably (file and directory
+    fsynced): pruning leaves it, a restarted server too, until `delete` removes it."""
+    marker = path / KEPT_FILE
+    tmp = path / f".{KEPT_FILE}.tmp"
+    tmp.write_text(json.dumps({"reason": reason, "time": time.time()}) + "\n")
+    _fsync(tmp)
+    os.replace(tmp, marker)
+    _fsync(path)
+
+
+def delete(root: Path, path: str) -> Path:
+    """Removes the checkpoint at `path` (as `save` returned it) from `root`, the model's
+    checkpoint folder; returns the directory removed.
+
+    Refused, naming ``path``: a path that is not a step directory directly under `root`
+    (INVALID_ARGUMENT: nothing outside the model's checkpoints is ever touched), a step
+    directory with no complete checkpoint (NOT_FOUND), and the newest checkpoint, the
+    one a restarted server resumes from (FAILED_PRECONDITION). The directory is first
+    renamed out of the checkpoints' view, so a crash mid-delete leaves no half checkpoint
+    that a resume could pick (`prune` clears the rest)."""
+    if not path:
+        raise invalid("path", "a checkpoint directory is required")
+    target = Path(path).expanduser().resolve()
+    if target.parent != root.resolve() or not _STEP_DIR.match(target.name):
+        raise invalid("path", f"{path} is not a checkpoint directory under {root}")
+    if not (target / STATE_FILE).is_file():
+        raise SwarmError(Code.NOT_FOUND, Reason.CHECKPOINT_NOT_FOUND,
+                         f"path: no checkpoint at {path}", field="path",
+                         metadata={"path": path})
+    newest = list_steps(root)[-1][1]
+    if newest.resolve() == target:
+        raise SwarmError(Code.FAILED_PRECONDITION, Reason.CHECKPOINT_NEWEST,
+                         f"path: {path} is the newest checkpoint, the one a restarted server "
+                         "resumes from; it is never deleted", field="path")
+    doomed = root / f".{target.name}-deleted-{uuid.uuid4().hex[:8]}"
+    os.replace(target, doomed)
+    _fsync(root)
+    shutil.rmtree(doomed, ignore_errors=True)
+    return target
 
 
 def resolve(path: Path, model: str) -> Path:

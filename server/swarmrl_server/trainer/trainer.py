@@ -184,14 +184,28 @@ class Trainer:
 
     # -- checkpoints -------------------------------------------------------------------
 
-    async def save_checkpoint(self) -> Path:
+    async def save_checkpoint(self, *, kept: bool = False) -> Path:
+        """Checkpoints now. `kept` (a client asked for it): the checkpoint is marked kept on
+        request, outside keep_checkpoints' retention, until `delete_checkpoint` (checkpoint.py)."""
         if self.data_dir is None:
             raise precondition(Reason.NOT_TRAINABLE,
                                "the server keeps no data dir (--data-dir), so it cannot checkpoint")
         async with self._lock:
-            return await self._save_checkpoint_locked()
+            return await self._save_checkpoint_locked(kept=kept)
 
-    async def _save_checkpoint_locked(self) -> Path:
+    async def delete_checkpoint(self, path: str) -> Path:
+        """Removes one checkpoint of this model (a `save_checkpoint` path), by checkpoint.py's
+        `delete` rules; never while a save, step or restore runs. Returns the directory."""
+        if self.data_dir is None:
+            raise precondition(Reason.NOT_TRAINABLE,
+                               "the server keeps no data dir (--data-dir), so it has no checkpoints")
+        root = checkpoint.checkpoint_root(self.data_dir, self.name)
+        async with self._lock:
+            removed = await asyncio.to_thread(checkpoint.delete, root, path)
+        log.info("checkpoint_deleted", model=self.name, path=str(removed))
+        return removed
+
+    async def _save_checkpoint_locked(self, *, kept: bool = False) -> Path:
         assert self.data_dir is not None and self.group is not None
         root = checkpoint.checkpoint_root(self.data_dir, self.name)
         consumed = await self.port.store.consumed_episodes(self.name)
@@ -202,6 +216,8 @@ class Trainer:
         )
         path = await asyncio.to_thread(self.group.save, root, state, source_dir=self.port.weights_dir,
                                        keep=self.config.keep_checkpoints)
+        if kept:  # under the lock: no other save prunes it before it is marked
+            await asyncio.to_thread(checkpoint.mark_kept, path)
         self.last_checkpoint_step = self.step
         log.info("checkpoint_saved", model=self.name, step=self.step, path=str(path))
         return path
