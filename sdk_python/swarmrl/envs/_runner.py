@@ -1,66 +1,81 @@
 """The runner: plays an environment's GRPO groups for training, and its splits for evaluation.
 
-Rules it keeps (each tested):
+Rules it keeps (each tested; one rollout's rules are in `swarmrl.envs._rollout`, the
+splits' in `swarmrl.envs._splits`, the kinds of failure in `swarmrl.envs._failures`):
 
 - **Bounded.** At most ``concurrency`` rollouts play at once; the clients rollouts make
-  share one HTTP connection pool of that size.
-- **A failed rollout is never trained.** A rollout that raises or runs past
-  ``rollout_timeout_s`` has its episode aborted (its calls stay in the store for
-  inspection). It is retried ``retries`` times, each time as a *fresh* episode, so no
-  call of a failed attempt can reach a trained episode.
+  share one HTTP connection pool of that size, and ``asyncio.to_thread`` work (an
+  environment's blocking steps, ``items()``) runs on a default executor of
+  ``concurrency + 4`` threads, not the interpreter's cpu + 4.
+- **The server is remote.** Every RPC of a rollout is inside its failure handling; a
+  server that restarts costs the rollouts in flight (retried as fresh episodes), never
+  the run. One UNAVAILABLE never ends `train` or `evaluate`.
+- **A failed rollout is never trained.** Its episode is aborted (its calls stay in the
+  store for inspection); the environment's and the server's failures are retried as
+  fresh episodes, so no call of a failed attempt can reach a trained episode. The
+  policy's failures are its score: a `PolicyError` is trained with its reward; a
+  timeout fails the rollout. Every failure is counted by kind in the reports.
 - **A group is trained whole or not at all.** A group's episodes stay open until every
   rollout of the group is done; then all are ended with their rewards, or, if one
   failed for good, all are aborted (a GRPO baseline from part of a group is biased,
-  and the trainer would wait for the missing episode for ever).
-- **Held-out items are never trained.** Before training, the runner takes the content
-  digests (`Item.digest`) of every val and test item; a train item with one of those
-  digests is skipped and counted. val and test sharing an item is an error.
-- **Evaluation is never trained.** Every evaluation episode is aborted once played,
-  and its record names the policy versions that played it.
+  and the trainer would wait for the missing episode for ever). A stopping run aborts
+  the open episodes of its groups in flight; none is left open.
+- **Errors that will recur stop the run** (`RunStopped`, naming the error and its
+  item), in-flight rollouts aborted first: a `TypeError`, `AttributeError` or
+  `NameError` from `play()`, a server's INVALID_ARGUMENT, PERMISSION_DENIED,
+  UNAUTHENTICATED or NOT_FOUND (of a model), or ``max_consecutive_failures`` rollouts in
+  a row that failed for good.
+- **Held-out items are never trained**, checked on content (`Item.digest`); val and test
+  sharing an item is an error.
+- **Evaluation is never trained, and counts every item.** Every evaluation episode is
+  aborted once played and its record names the policy versions of the evaluated
+  model's calls (a judge's calls to another model are not counted); a rollout that
+  failed for good is in the denominator, not solved.
+- **A training hold belongs to its holder.** With `RunnerConfig.holder` set, a runner
+  releases that holder's earlier hold when it starts (a resumed run never stacks a
+  second one) and holds under that id.
+- **Groups match the trainer's.** `train` refuses a ``group_size`` other than the one the
+  server's trainer groups by (`ModelInfo.group_size`, when the server reports one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import dataclasses
 import math
-import random
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from swarmrl._client import AsyncSwarmClient
-from swarmrl._episode import AsyncEpisode
-from swarmrl._errors import FailedPreconditionError, SwarmError
+from swarmrl._errors import (
+    DeadlineExceededError,
+    FailedPreconditionError,
+    NotFoundError,
+    PermissionDeniedError,
+    SwarmError,
+    UnavailableError,
+)
 from swarmrl._sampling import SamplingParams
-from swarmrl.envs._api import Environment, HttpPools, Item, Outcome, Rollout, Split
+from swarmrl.envs._api import Environment, HttpPools, Item, Split
 from swarmrl.envs._failures import PolicyError, RunStopped
 from swarmrl.envs._progress import Progress
-from swarmrl.envs._report import EvalReport, RolloutRecord
+from swarmrl.envs._report import EvalReport, RolloutRecord, TrainReport
+from swarmrl.envs._rollout import CLEANUP_S, Played, Player, abort, cleanup
+from swarmrl.envs._splits import Splits
 
-__all__ = ["PolicyError", "RunStopped", "Runner", "RunnerConfig", "TrainReport"]
+__all__ = ["CLEANUP_S", "PolicyError", "RunStopped", "Runner", "RunnerConfig", "TrainReport"]
 
 _log = structlog.get_logger("swarmrl.envs")
 
-CLEANUP_S = 10.0
-"""The longest a clean-up call (an episode's abort, a hold's release) may take. Without a
-bound, a run stopping because its server died waits out the SDK's retry budget (two
-minutes) on each one. What is not sent in time is left to the server: an open episode
-is aborted when its session's lease lapses, and a hold lives in memory only, so a
-restart drops it (a live server answers a release in milliseconds)."""
-
-
-async def _cleanup(call: Coroutine[Any, Any, object]) -> None:
-    """Runs a clean-up call to its end, or `CLEANUP_S`, even when the caller is cancelled
-    meanwhile (a call half-sent would leave an episode open, or training held, until its
-    lease ended); its errors are dropped, since the caller is already failing or stopping."""
-    with contextlib.suppress(Exception):
-        await asyncio.shield(asyncio.wait_for(call, CLEANUP_S))
+_cleanup = cleanup  # the name the runner's tests and older callers use
 
 
 @dataclass(frozen=True)
@@ -72,9 +87,10 @@ class RunnerConfig:
     concurrency: int = 16
     """Rollouts playing at once (and the size of the shared connection pool)."""
     rollout_timeout_s: float = 600.0
-    """A rollout running longer fails (aborted; retried as a fresh episode)."""
+    """A rollout running longer fails (aborted; the policy's failure: not retried)."""
     retries: int = 1
-    """Fresh attempts after a failed rollout (0: none)."""
+    """Fresh attempts after a rollout failed for the environment's or the server's
+    reasons (0: none)."""
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=1.0))
     """Sampling for training rollouts."""
     eval_sampling: SamplingParams = field(
@@ -88,6 +104,13 @@ class RunnerConfig:
     """Stored with every episode (metrics can be split by it)."""
     progress: bool = True
     """Show a progress bar (a plain line every 30 s when stderr is not a terminal)."""
+    max_consecutive_failures: int = 16
+    """Rollouts in a row that may fail for good (retries spent) for the environment's or
+    the server's reasons before the run stops (`RunStopped`); 0: never."""
+    holder: str = ""
+    """The holder id of this runner's training holds (`pinned`); empty: a random one. A
+    run folder's own id lets a resumed run re-adopt its hold: the runner releases that
+    holder's earlier hold when it starts."""
 
     def __post_init__(self) -> None:
         for name in ("group_size", "concurrency"):
@@ -95,40 +118,28 @@ class RunnerConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.retries < 0 or self.rollout_timeout_s <= 0:
             raise ValueError("retries must be >= 0 and rollout_timeout_s > 0")
+        if self.max_consecutive_failures < 0:
+            raise ValueError("max_consecutive_failures must be >= 0 (0: never stop)")
 
 
-@dataclass
-class TrainReport:
-    """What `Runner.train` played."""
+_EXECUTORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, ThreadPoolExecutor]]
+_EXECUTORS = weakref.WeakKeyDictionary()
 
-    groups: int = 0
-    """Groups ended (queued for training)."""
-    groups_aborted: int = 0
-    """Groups aborted because a rollout failed for good."""
-    rollouts: int = 0
-    failed_attempts: int = 0
-    """Attempts that failed (each aborted; retried or not)."""
-    skipped_held_out: int = 0
-    """Train items skipped because their content is a val or test item's."""
-    rollouts_lost: int = 0
-    """Rollouts of a group that could not be ended whole that were ended (trained) anyway:
-    the server aborted one of their siblings first (a lapsed lease)."""
-    seconds: float = 0.0
-    rewards: list[float] = field(default_factory=list)
 
-    def add(self, other: TrainReport) -> None:
-        """Adds another stretch of training (a run trains in stretches between evaluations)."""
-        for name in ("groups", "groups_aborted", "rollouts", "failed_attempts", "rollouts_lost",
-                     "seconds"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.skipped_held_out = other.skipped_held_out  # the runner's running count
-        self.rewards += other.rewards
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        rewards = out.pop("rewards")
-        out["mean_reward"] = sum(rewards) / len(rewards) if rewards else None
-        return out
+def _size_default_executor(workers: int) -> None:
+    """Makes the running loop's default executor (what ``asyncio.to_thread`` uses) at least
+    `workers` threads; the interpreter's default is cpu + 4, too few for a runner whose
+    rollouts each step a game in a thread. A smaller one this module set is shut down
+    (its work in progress finishes)."""
+    loop = asyncio.get_running_loop()
+    current = _EXECUTORS.get(loop)
+    if current is not None and current[0] >= workers:
+        return
+    executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swarmrl-envs")
+    loop.set_default_executor(executor)
+    _EXECUTORS[loop] = (workers, executor)
+    if current is not None:
+        current[1].shutdown(wait=False)
 
 
 class Runner:
@@ -141,6 +152,9 @@ class Runner:
                 before = await runner.evaluate("val")
                 await runner.train(seconds=1800)
                 after = await runner.evaluate("val")
+
+    `train` and `evaluate` raise `RunStopped` on an error that would recur on every
+    rollout (see the module docstring).
     """
 
     def __init__(self, env: Environment, client: AsyncSwarmClient,
@@ -149,18 +163,24 @@ class Runner:
         self.env = env
         self.client = client
         self.config = config or RunnerConfig()
-        self._on_record = on_record
-        self._slots = asyncio.Semaphore(self.config.concurrency)
         self._pools = HttpPools(self.config.concurrency, self.config.rollout_timeout_s)
-        self._held_out: dict[str, str] | None = None
-        """Content digest -> split, of every val and test item."""
-        self._held_out_items: dict[str, list[Item]] = {}
+        self._player = Player(env, client, self.config, self._pools, on_record)
+        self._splits = Splits(env, self.config.seed)
         self._pin: int | None = None
         """The policy version a `pinned()` block holds, inside one."""
-        self.skipped_held_out = 0
+        self._pin_model = ""
+        """The model a `pinned()` block holds ("" when none, or unknown)."""
+        self._group_size_checked = False
 
     async def __aenter__(self) -> Runner:
+        _size_default_executor(self.config.concurrency + 4)
         await self.env.setup()
+        await self._splits.load()
+        if self.config.holder:  # a resumed run's hold: released, re-taken when it pins
+            with contextlib.suppress(FailedPreconditionError, NotFoundError,
+                                     PermissionDeniedError):
+                await self.client.release_training(self.config.model or None,
+                                                   holder=self.config.holder)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -173,126 +193,81 @@ class Runner:
 
     def held_out(self, split: Split) -> list[Item]:
         """The val or test items (read once), after checking val and test share none."""
-        if self._held_out is None:
-            digests: dict[str, str] = {}
-            names: tuple[Split, ...] = ("val", "test")
-            for name in names:
-                items = list(self.env.items(name))
-                self._held_out_items[name] = items
-                for item in items:
-                    other = digests.setdefault(item.digest, name)
-                    if other != name:
-                        raise ValueError(
-                            f"{self.env.label}: item {item.id!r} of {name} has the content of "
-                            f"a {other} item; val and test must not share items")
-            self._held_out = digests
-        return self._held_out_items[split]
+        return self._splits.held_out(split)
 
     def train_items(self) -> Iterator[Item]:
-        """Train items, never one whose content is a val or test item's (counted in
-        `skipped_held_out`). A finite split is cycled, reshuffled each pass."""
-        self.held_out("val")
-        assert self._held_out is not None
-        source: Iterable[Item] = self.env.items("train")
-        rng = random.Random(self.config.seed)
-        passes = itertools.count() if isinstance(source, Sequence) else iter([0])
-        for _ in passes:
-            order: Iterable[Item] = source
-            if isinstance(source, Sequence):
-                shuffled = list(source)
-                rng.shuffle(shuffled)
-                order = shuffled
-            yielded = False
-            for item in order:
-                if item.digest in self._held_out:
-                    self.skipped_held_out += 1
-                    continue
-                yielded = True
-                yield item
-            if not yielded:
-                raise ValueError(f"{self.env.label}: the train split has no item that is not "
-                                 "also a val or test item")
+        """A fresh train stream (see `swarmrl.envs._splits`), stepped on the caller's
+        thread; `train` steps its own in a worker thread."""
+        return self._splits.train_items()
 
-    # -- one rollout ----------------------------------------------------------------------
+    @property
+    def skipped_held_out(self) -> int:
+        """Train items skipped so far because their content is a val or test item's."""
+        return self._splits.skipped_held_out
 
-    async def _attempts(self, item: Item, split: Split, group_id: str,
-                        sampling: SamplingParams) -> tuple[AsyncEpisode | None, RolloutRecord]:
-        """Plays `item` until an attempt succeeds or the retries are spent. Returns the
-        successful attempt's still-open episode (None after failing for good) and its
-        record; every failed attempt's episode is aborted here."""
-        record: RolloutRecord | None = None
-        for attempt in range(self.config.retries + 1):
-            async with self._slots:
-                episode, record = await self._attempt(item, split, group_id, sampling, attempt)
-            if episode is not None:
-                return episode, record
-            if self._on_record is not None and attempt < self.config.retries:
-                self._on_record(record)
-        assert record is not None
-        return None, record
+    # -- playing ------------------------------------------------------------------------
 
-    async def _attempt(self, item: Item, split: Split, group_id: str,
-                       sampling: SamplingParams,
-                       attempt: int) -> tuple[AsyncEpisode | None, RolloutRecord]:
-        t0 = time.monotonic()
-        episode = await self.client.start_episode(
-            item.task, group_id=group_id, agent_version=self.config.agent_version,
-            models=[self.config.model] if self.config.model else (),
-            labels={"split": split, "item": item.id, "env": self.env.label})
-        model = self.config.model or (episode.models[0].name if episode.models else "")
-        rollout = Rollout(item, split, episode, model=model, sampling=sampling,
-                          pools=self._pools, attempt=attempt)
+    async def _all(self, plays: Iterable[Coroutine[Any, Any, Played]]) -> list[Played]:
+        """Plays rollouts together (a task group): when one raises (`RunStopped`) or the
+        caller is cancelled, the others are cancelled (each aborts its episode), the open
+        episodes of those that finished are aborted, and the first error is raised."""
+        tasks = [asyncio.ensure_future(play) for play in plays]
         try:
-            outcome = await asyncio.wait_for(self.env.play(rollout),
-                                             self.config.rollout_timeout_s)
-            if not isinstance(outcome, Outcome) or not math.isfinite(outcome.reward):
-                raise TypeError(f"play() must return an Outcome with a finite reward, "
-                                f"got {outcome!r}")
-        except asyncio.CancelledError:
-            await _abort(episode, "the run was stopped")
+            if tasks:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            errors = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+            if any(errors):
+                raise _first([e for e in errors if e is not None])
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            finished = [t.result() for t in tasks
+                        if t.done() and not t.cancelled() and t.exception() is None]
+            await asyncio.gather(*(abort(p.episode, "the run was stopped")
+                                   for p in finished if p.episode is not None))
             raise
-        except Exception as exc:  # a failed rollout is data: aborted, recorded, maybe retried
-            error = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-            _log.warning("rollout_failed", env=self.env.label, item=item.id, attempt=attempt,
-                         error=error[:500])
-            await _abort(episode, f"rollout failed: {error[:400]}")
-            return None, RolloutRecord(
-                split, item.id, item.task, episode.id, group_id, attempt, None, None, {}, {},
-                error, time.monotonic() - t0)
-        return episode, RolloutRecord(
-            split, item.id, item.task, episode.id, group_id, attempt, float(outcome.reward),
-            outcome.success, dict(outcome.metrics), dict(outcome.info), "",
-            time.monotonic() - t0)
+        return [t.result() for t in tasks]
 
     # -- training -------------------------------------------------------------------------
 
     async def _group(self, item: Item, report: TrainReport) -> list[RolloutRecord]:
         group_id = uuid.uuid4().hex
-        played = await asyncio.gather(*(
-            self._attempts(item, "train", group_id, self.config.sampling)
-            for _ in range(self.config.group_size)))
-        report.failed_attempts += sum(r.attempt for _, r in played) + sum(
-            1 for e, _ in played if e is None)
-        whole = all(e is not None for e, _ in played)
-        records = []
-        for episode, record in played:
-            if episode is not None and whole:
-                assert record.reward is not None
-                try:
-                    await episode.end(record.reward)
-                except SwarmError as err:
-                    # The server ended it first (a lapsed session lease aborts the session's
-                    # open episodes): a loss to count, not a reason to stop the run.
-                    whole = False
-                    record = _replace(record, error=f"could not end: {err}")
-                else:
-                    record = _replace(record, trained=True)
-            elif episode is not None:
-                await _abort(episode, "another rollout of its group failed")
-                record = _replace(record, error="group aborted: another rollout failed")
-            records.append(record)
-            if self._on_record is not None:
-                self._on_record(record)
+        played = await self._all(
+            self._player.play(item, "train", group_id, self.config.sampling)
+            for _ in range(self.config.group_size))
+        whole = all(p.episode is not None for p in played)
+        records: list[RolloutRecord] = []
+        try:
+            for i, p in enumerate(played):
+                record = p.record
+                report.count(record.errors)
+                report.failed_attempts += record.attempt + (0 if record.ok else 1)
+                if p.episode is not None and whole:
+                    assert record.reward is not None
+                    try:
+                        await p.episode.end(record.reward)
+                    except SwarmError as err:
+                        # The server ended it first (a lapsed session lease aborts the
+                        # session's open episodes), or is gone: a loss to count, not a
+                        # reason to stop the run.
+                        whole = False
+                        report.count({"server": 1})
+                        record = dataclasses.replace(record, error=f"could not end: {err}")
+                        await abort(p.episode, "could not be ended")
+                    else:
+                        record = dataclasses.replace(record, trained=True)
+                elif p.episode is not None:
+                    await abort(p.episode, "another rollout of its group failed")
+                    record = dataclasses.replace(
+                        record, error=record.error or "group aborted: another rollout failed")
+                played[i] = Played(None, record)
+                records.append(record)
+                self._player.emit(record)
+        except BaseException:  # stopped while ending: what is still open is aborted
+            await asyncio.gather(*(abort(p.episode, "the run was stopped") for p in played
+                                   if p.episode is not None))
+            raise
         if whole:
             report.groups += 1
             report.rewards += [r.reward for r in records if r.reward is not None]
@@ -302,16 +277,46 @@ class Runner:
         report.rollouts += len(records)
         return records
 
+    async def _check_group_size(self) -> None:
+        """Refuses a group_size other than the server's trainer's (once per runner)."""
+        if self._group_size_checked:
+            return
+        for m in await self.client.list_models():
+            if m.name == self.config.model or not self.config.model:
+                if m.group_size and m.group_size != self.config.group_size:
+                    raise ValueError(
+                        f"the runner's group_size is {self.config.group_size}, but the "
+                        f"server's trainer of {m.name!r} groups {m.group_size} episodes "
+                        f"(its group_size option); set them equal")
+                break
+        self._group_size_checked = True
+
+    async def _reached(self, version: int) -> bool:
+        """Whether the served version reached `version`; a server out of reach has not
+        (the rollouts count its failures, and stop the run if it stays away)."""
+        try:
+            return await self.policy_version() >= version
+        except (UnavailableError, DeadlineExceededError) as err:
+            _log.warning("policy_version_unknown", env=self.env.label, error=str(err)[:300])
+            return False
+
     async def train(self, *, groups: int | None = None, seconds: float | None = None,
                     until_version: int | None = None) -> TrainReport:
         """Plays training groups until `groups` groups are done, `seconds` have passed or
         the served policy version reaches `until_version` (groups in flight then finish);
-        `groups` or `seconds` must be given."""
+        `groups` or `seconds` must be given.
+
+        Raises:
+            RunStopped: An error that would recur (see the module docstring).
+            ValueError: The train split has no item that is not held out, or the
+                group_size differs from the server's trainer's.
+        """
         if groups is None and seconds is None:
             raise ValueError("train() needs groups or seconds")
         report, t0 = TrainReport(), time.monotonic()
         deadline = t0 + seconds if seconds is not None else math.inf
-        items = self.train_items()
+        await self._splits.load()
+        await self._check_group_size()
         in_flight: set[asyncio.Task[list[RolloutRecord]]] = set()
         width = max(1, math.ceil(self.config.concurrency / self.config.group_size)) + 1
         started, exhausted, reached = 0, False, False
@@ -321,11 +326,11 @@ class Runner:
             with progress:
                 while True:
                     if until_version is not None and not reached:
-                        reached = await self.policy_version() >= until_version
+                        reached = await self._reached(until_version)
                     while (len(in_flight) < width and time.monotonic() < deadline
                            and (groups is None or started < groups) and not exhausted
                            and not reached):
-                        item = next(items, None)  # a finite generator may run out
+                        item = await self._splits.next_train()  # a finite generator may end
                         if item is None:
                             exhausted = True
                             break
@@ -336,8 +341,8 @@ class Runner:
                     done, in_flight = await asyncio.wait(
                         in_flight, timeout=max(0.0, min(deadline - time.monotonic(), 2.0)),
                         return_when=asyncio.FIRST_COMPLETED)
-                    for task in done:
-                        progress.add(task.result())
+                    for records in _results(done):
+                        progress.add(records)
                     await progress.refresh()
         finally:
             for task in in_flight:
@@ -355,11 +360,12 @@ class Runner:
         lands first, none starts until the block ends) and yields the policy version
         served meanwhile. Evaluations inside play that version, and a checkpoint saved
         inside holds its weights. A model nothing trains is pinned by construction.
-        Holding needs an admin key on a server with keys."""
+        Holding needs an admin key on a server with keys. The hold is the client
+        session's lease: a runner that dies leaves it to lapse."""
         if self._pin is not None:  # nested: the outer hold covers it
             yield self._pin
             return
-        holder = f"swarmrl-runner-{uuid.uuid4().hex[:8]}"
+        holder = self.config.holder or f"swarmrl-runner-{uuid.uuid4().hex[:8]}"
         try:
             held = await self.client.hold_training(
                 self.config.model or None, holder=holder, reason=reason or "pinned evaluation")
@@ -370,12 +376,12 @@ class Runner:
             finally:
                 self._pin = None
             return
-        self._pin = held.policy_version
+        self._pin, self._pin_model = held.policy_version, held.model
         try:
             yield held.policy_version
         finally:
-            self._pin = None
-            await _cleanup(self.client.release_training(held.model, holder=holder))
+            self._pin, self._pin_model = None, ""
+            await cleanup(self.client.release_training(held.model, holder=holder))
 
     async def restore(self, checkpoint: str) -> int:
         """Serves a checkpoint the server wrote as a new policy version (`restore_checkpoint`)
@@ -388,11 +394,16 @@ class Runner:
     async def evaluate(self, split: Split = "val", *, k: int = 1, limit: int | None = None,
                        pin: bool = True) -> EvalReport:
         """Plays every item of `split` (val or test; the first `limit` items) `k` times,
-        aborts every episode (never trained) and reports success or mean reward.
+        aborts every episode (never trained) and reports success or mean reward over
+        every rollout, those that failed included (see `swarmrl.envs._report`).
 
-        With `pin` (inside `pinned()` or holding on its own), every call plays one
-        policy version, which the report names; an evaluation that saw another version
-        raises."""
+        With `pin` (inside `pinned()` or holding on its own), every call of the held
+        model plays one policy version, which the report names; an evaluation that saw
+        another version raises.
+
+        Raises:
+            RunStopped: An error that would recur (see the module docstring).
+        """
         if split not in ("val", "test"):
             raise ValueError(f"evaluate() plays val or test, not {split!r}")
         if not pin:
@@ -407,28 +418,24 @@ class Runner:
 
     async def _evaluate(self, split: Split, k: int, limit: int | None,
                         pinned: int | None) -> EvalReport:
+        await self._splits.load()
         items = self.held_out(split)[:limit]
         sampling = self.config.eval_sampling if k == 1 else self.config.sampling
         t0 = time.monotonic()
         progress = Progress(self, f"{self.env.label} eval {split}",
                             enabled=self.config.progress, total=len(items) * k)
 
-        async def one(item: Item) -> RolloutRecord:
-            episode, record = await self._attempts(item, split, "", sampling)
-            if episode is not None:
-                await _abort(episode, f"evaluation ({split}): never trained")
-                info = await self.client.get_episode(episode.id, include_calls=True)
-                versions = sorted({v for c in info.calls for v, _, _ in c.version_spans}
-                                  | {c.policy_version for c in info.calls})
-                record = _replace(record, policy_versions=tuple(versions))
-            if self._on_record is not None:
-                self._on_record(record)
-            progress.add([record])
-            return record
+        async def one(item: Item) -> Played:
+            played = await self._player.play(item, split, "", sampling,
+                                             versions_of=self._pin_model)
+            self._player.emit(played.record)
+            progress.add([played.record])
+            return played
 
         with progress:
-            records = list(await asyncio.gather(*(one(i) for i in items for _ in range(k))))
-        return EvalReport(self.env.label, split, k, records, time.monotonic() - t0, pinned)
+            played = await self._all(one(i) for i in items for _ in range(k))
+        return EvalReport(self.env.label, split, k, [p.record for p in played],
+                          time.monotonic() - t0, pinned)
 
     async def policy_version(self) -> int:
         """The served version of the rollouts' model (-1 when unknown)."""
@@ -439,12 +446,22 @@ class Runner:
         return -1
 
 
-async def _abort(episode: AsyncEpisode, reason: str) -> None:
-    """Aborts `episode` (a `_cleanup` call)."""
-    await _cleanup(episode.abort(reason))
+def _first(errors: Sequence[BaseException]) -> BaseException:
+    """The error to raise for failed rollouts or groups: a `RunStopped` if there is one,
+    else the first."""
+    return next((e for e in errors if isinstance(e, RunStopped)), errors[0])
 
 
-def _replace(record: RolloutRecord, **changes: Any) -> RolloutRecord:
-    import dataclasses
-
-    return dataclasses.replace(record, **changes)
+def _results(done: Iterable[asyncio.Task[list[RolloutRecord]]]) -> list[list[RolloutRecord]]:
+    """The finished groups' records; every task's error is read (none is left for
+    asyncio to warn of), and the first (`RunStopped` first) is raised."""
+    results, errors = [], []
+    for task in done:
+        exc = task.exception()
+        if exc is None:
+            results.append(task.result())
+        else:
+            errors.append(exc)
+    if errors:
+        raise _first(errors)
+    return results

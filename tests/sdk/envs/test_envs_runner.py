@@ -338,7 +338,7 @@ async def test_a_cleanup_call_outlives_its_cancelled_caller_but_is_bounded(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """An abort or a hold's release runs to its end when its caller is cancelled
     meanwhile, and gives up after `CLEANUP_S` when the server never answers."""
-    from swarmrl.envs import _runner
+    from swarmrl.envs import _rollout
 
     released = asyncio.Event()
 
@@ -346,11 +346,11 @@ async def test_a_cleanup_call_outlives_its_cancelled_caller_but_is_bounded(
         await asyncio.sleep(0.2)
         released.set()
 
-    caller = asyncio.create_task(_runner._cleanup(release()))
+    caller = asyncio.create_task(_rollout.cleanup(release()))
     await asyncio.sleep(0.05)
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
     await asyncio.wait_for(released.wait(), 5)  # finished though its caller was cancelled
-    monkeypatch.setattr(_runner, "CLEANUP_S", 0.2)
-    await asyncio.wait_for(_runner._cleanup(asyncio.Event().wait()), 5)  # a dead server
+    monkeypatch.setattr(_rollout, "CLEANUP_S", 0.2)
+    await asyncio.wait_for(_rollout.cleanup(asyncio.Event().wait()), 5)  # a dead server
