@@ -26,6 +26,8 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,7 +41,8 @@ if TYPE_CHECKING:
 
     from swarmrl._episode import AsyncEpisode
 
-__all__ = ["SPLITS", "Environment", "HttpPools", "Item", "Outcome", "Rollout", "Split"]
+__all__ = ["SPLITS", "Environment", "HttpPools", "Item", "Outcome", "Rollout", "Split",
+           "canonical_json"]
 
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
@@ -59,15 +62,76 @@ class Item:
     the trainer's task mix."""
     content: str | None = None
     """What identifies the item's content for the split check; None: `data` as canonical
-    JSON. Set it when `data` holds something incidental, such as a file path (the file's
-    bytes, a question's text)."""
+    JSON (`canonical_json`). Set it when `data` holds something incidental, such as a file
+    path (the file's bytes, a question's text), or something JSON cannot hold."""
 
     @property
     def digest(self) -> str:
-        """SHA-256 of `content` (or of `data` as canonical JSON): equal items, equal digests."""
-        text = self.content if self.content is not None else json.dumps(
-            self.data, sort_keys=True, separators=(",", ":"), default=str)
+        """SHA-256 of `content` (or of `canonical_json(data)`): equal items, equal digests,
+        in every process and on every machine. TypeError (naming the item and the value)
+        when `data` holds a value with no canonical JSON form and `content` is not set."""
+        if self.content is not None:
+            text = self.content
+        else:
+            try:
+                text = canonical_json(self.data)
+            except TypeError as err:
+                raise TypeError(f"item {self.id!r}: {err}") from None
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    """One JSON text for every value equal to `value`, whatever the process: what an item's
+    digest hashes, so that a val item is found again in train on another machine.
+
+    - objects' keys sorted; a key that is not a string is written as JSON writes it
+      (``1`` and ``1.0`` as ``"1"``, ``True`` as ``"true"``), and two keys that would write
+      the same (``1`` and ``"1"``) are refused;
+    - numbers by value: an int and an equal float are one number (``1 == 1.0``, written
+      ``1``); other floats by their shortest repr; NaN and the infinities as JSON's
+      extensions write them (``NaN``, ``Infinity``, ``-Infinity``: every NaN alike);
+    - tuples as lists; sets and frozensets as lists sorted by their members' text (so a
+      set's iteration order, which varies with ``PYTHONHASHSEED`` for strings, is not
+      hashed);
+    - anything else (a path, bytes, a dataclass) is refused with TypeError: its text would
+      be a guess (``str`` of an object may hold a memory address), so the item should say
+      what identifies it in `Item.content`.
+
+    For data of strings, ints, non-integral floats, lists and string-keyed dicts it is the
+    text ``json.dumps(data, sort_keys=True, separators=(",", ":"))`` gives."""
+    return _canonical(value, "data")
+
+
+def _canonical(v: Any, where: str) -> str:
+    if v is None or isinstance(v, bool):
+        return json.dumps(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, numbers.Integral):
+        return str(int(v))
+    if isinstance(v, numbers.Real):
+        f = float(v)
+        if math.isnan(f):
+            return "NaN"
+        if math.isinf(f):
+            return "Infinity" if f > 0 else "-Infinity"
+        return str(int(f)) if f.is_integer() else repr(f)
+    if isinstance(v, Mapping):
+        members: dict[str, str] = {}
+        for k, item in v.items():
+            key = k if isinstance(k, str) else _canonical(k, f"{where} key {k!r}")
+            if key in members:
+                raise TypeError(f"{where}: keys {key!r} and {k!r} are one JSON key; set "
+                                "Item.content to what identifies the item")
+            members[key] = _canonical(item, f"{where}[{k!r}]")
+        return "{" + ",".join(f"{json.dumps(k)}:{members[k]}" for k in sorted(members)) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_canonical(x, f"{where}[{i}]") for i, x in enumerate(v)) + "]"
+    if isinstance(v, (set, frozenset)):
+        return "[" + ",".join(sorted(_canonical(x, f"{where} member") for x in v)) + "]"
+    raise TypeError(f"{where}: a {type(v).__name__} has no canonical JSON form; set "
+                    "Item.content to what identifies the item (a file's bytes, a question's "
+                    "text)")
 
 
 @dataclass(frozen=True)
@@ -91,12 +155,17 @@ class HttpPools:
     An OpenAI client per rollout would otherwise open (and, cached by a harness, keep)
     a connection per episode; clients built on one pool keep at most `size` open to the
     server, whatever the number of episodes.
+
+    A rollout's client may be closed (``async with rollout.openai() as client:``, the
+    OpenAI SDK's own idiom, or ``await client.close()``): that closes the client, not the
+    pool, whose ``aclose`` (and ``async with``) does nothing for them (`_shared_pool_class`).
+    Only the runner closes the pool, with `HttpPools.aclose`, once every rollout is done.
     """
 
     def __init__(self, size: int, timeout_s: float) -> None:
         self._size = size
         self._timeout_s = timeout_s
-        self._pools: dict[type, Any] = {}
+        self._pools: dict[type[Any], Any] = {}
 
     def get(self, client_cls: type) -> Any:
         """A shared instance of `client_cls`, a library's default async httpx client
@@ -106,7 +175,7 @@ class HttpPools:
         if pool is None:
             base = next(c for c in client_cls.__mro__ if c.__name__ == "AsyncClient")
             httpx = importlib.import_module(base.__module__.split(".")[0])
-            pool = client_cls(
+            pool = _shared_pool_class(client_cls)(
                 limits=httpx.Limits(max_connections=self._size,
                                     max_keepalive_connections=self._size),
                 timeout=httpx.Timeout(self._timeout_s, connect=30.0))
@@ -114,9 +183,36 @@ class HttpPools:
         return pool
 
     async def aclose(self) -> None:
-        for pool in self._pools.values():
-            await pool.aclose()
+        """Closes every pool (the clients' ``aclose`` does not: it is the library's own)."""
+        for client_cls, pool in self._pools.items():
+            await client_cls.aclose(pool)
         self._pools.clear()
+
+
+_SHARED_CLASSES: dict[type, type] = {}
+
+
+def _shared_pool_class(client_cls: type) -> type:
+    """`client_cls` (an httpx ``AsyncClient`` subclass: the SDKs accept nothing else) with
+    ``aclose`` and the context manager made no-ops: a client that closes its HTTP client on
+    exit (``AsyncOpenAI.close``, ``AsyncAnthropic.close``) leaves the shared pool open for
+    the other rollouts. `HttpPools.aclose` closes it with ``client_cls.aclose``."""
+    shared = _SHARED_CLASSES.get(client_cls)
+    if shared is None:
+        async def aclose(self: Any) -> None:
+            """Does nothing: the pool is shared by the runner's rollouts (`HttpPools`)."""
+
+        async def __aenter__(self: Any) -> Any:  # noqa: N807 - the protocol's own name
+            return self
+
+        async def __aexit__(self: Any, *exc: object) -> None:  # noqa: N807
+            """Does nothing: see `aclose`."""
+
+        shared = type(f"Shared{client_cls.__name__}", (client_cls,), {
+            "aclose": aclose, "__aenter__": __aenter__, "__aexit__": __aexit__,
+            "__module__": __name__, "__doc__": _shared_pool_class.__doc__})
+        _SHARED_CLASSES[client_cls] = shared
+    return shared
 
 
 class Rollout:
@@ -197,7 +293,8 @@ class Rollout:
 
     def openai(self, **kwargs: Any) -> openai.AsyncOpenAI:
         """An ``openai.AsyncOpenAI`` client bound to this episode (its base URL and key),
-        on the runner's shared connection pool. Needs ``pip install openai``."""
+        on the runner's shared connection pool; closing it (``async with ... as client:``)
+        leaves the pool to the other rollouts. Needs ``pip install openai``."""
         import openai
 
         return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key,
@@ -205,8 +302,8 @@ class Rollout:
                                   **kwargs)
 
     def anthropic(self, **kwargs: Any) -> anthropic.AsyncAnthropic:
-        """An ``anthropic.AsyncAnthropic`` client bound to this episode. Needs
-        ``pip install anthropic``."""
+        """An ``anthropic.AsyncAnthropic`` client bound to this episode, on the shared pool
+        as `openai` is (closing it leaves the pool open). Needs ``pip install anthropic``."""
         import anthropic
 
         base = self.base_url.removesuffix("/v1")  # the Anthropic client appends /v1/messages
