@@ -92,9 +92,10 @@ def _refuse(field_name: str, rule: str) -> _Abort:
 
 
 def check_sampling(sampling: types_pb2.SamplingParams) -> None:
-    """The server's sampling rule (the server's `limits.check_sampling`, as
-    `episodes.resolve` applies it): the same checks in the same order, naming the same
-    field with the same message, on the values sent (defaults filled in).
+    """The server's sampling rule (the server's `limits.check_sampling`, then the rule of a
+    trainable model, as `episodes.resolve` applies them): the same checks in the same
+    order, naming the same field with the same message, on the values sent (defaults
+    filled in).
 
     Why it is restated here: the fake has no server to ask, and the SDK may import
     nothing of the server (only the contract, whose `RequestLimit` gives both the
@@ -122,6 +123,10 @@ def check_sampling(sampling: types_pb2.SamplingParams) -> None:
         if not 0 <= t < VOCAB:
             raise _refuse(f"sampling.stop_token_ids[{i}]",
                            f"{t} is outside the vocabulary [0, {VOCAB})")
+    if top_p < 1 and temperature > 0:  # its models are trainable: `check_trained_sampling`
+        raise _refuse("sampling.top_p", f"must be 1 for a trainable model; got {top_p}: a "
+                      "nucleus's logprobs are not those of the full distribution, which "
+                      "training recomputes")
 
 
 def render(messages: Sequence[types_pb2.ChatMessage]) -> str:

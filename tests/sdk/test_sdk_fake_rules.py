@@ -32,6 +32,8 @@ BAD: list[dict[str, Any]] = [
     {"stop": ["a"] * (toy.MAX_STOP + 1)},
     {"stop_token_ids": [toy.VOCAB]},
     {"temperature": -1.0, "top_p": 0.0},  # the first rule broken is the one named
+    {"top_p": 0.5},  # the fake's models are trainable: no nucleus
+    {"top_p": 0.5, "temperature": 0.7},
 ]
 
 
@@ -43,9 +45,18 @@ def test_the_fake_refuses_bad_sampling_as_the_server_does(fields: dict[str, Any]
                                  for k, v in fields.items()})
     engine = SimpleNamespace(vocab_size=toy.VOCAB)
     with pytest.raises(SwarmError) as real:
-        resolve_sampling(request, GenerationPolicy(), engine)  # type: ignore[arg-type]
+        resolve_sampling(request, GenerationPolicy(), engine,  # type: ignore[arg-type]
+                         trainable=True)
     assert fake.value.extra["field"] == real.value.field
     assert str(fake.value) == real.value.message
+
+
+def test_the_fake_serves_what_the_server_serves_a_trainable_model() -> None:
+    engine = SimpleNamespace(vocab_size=toy.VOCAB)
+    for fields in ({"top_p": 0.5, "temperature": 0.0}, {"top_p": 1.0}, {"temperature": 0.5}):
+        toy.check_sampling(types_pb2.SamplingParams(**fields))  # type: ignore[arg-type]
+        resolve_sampling(SamplingRequest(**fields), GenerationPolicy(), engine,  # type: ignore[arg-type]
+                         trainable=True)
 
 
 @pytest.mark.parametrize("model", ["nope", "other"])
