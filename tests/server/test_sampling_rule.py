@@ -36,6 +36,7 @@ from tests.server_fixtures import ServerFactory
 from tests.store_support import stored_calls
 
 USER = [{"role": "user", "content": "hi"}]
+DOORS = ("chat", "completions", "responses", "messages")
 
 
 async def http_call(door: str, ep: Ep, top_p: float, temperature: float = 1.0) -> None:
@@ -48,6 +49,9 @@ async def http_call(door: str, ep: Ep, top_p: float, temperature: float = 1.0) -
         await aclient(ep).chat.completions.create(
             model="tiny", messages=USER, max_tokens=2, top_p=top_p,  # type: ignore[arg-type]
             temperature=temperature)
+    elif door == "responses":
+        await aclient(ep).responses.create(model="tiny", input="hi", max_output_tokens=16,
+                                           top_p=top_p, temperature=temperature)
     else:
         await aclient(ep).completions.create(model="tiny", prompt="hi", max_tokens=2,
                                              top_p=top_p, temperature=temperature)
@@ -75,7 +79,7 @@ async def grpc_generate(running: Any, top_p: float, temperature: float = 1.0) ->
 async def assert_top_p_refused(running: Any) -> None:
     """Every door refuses top_p=0.9 naming it, and nothing is recorded; greedy is served."""
     ep = await start_episode(running)
-    for door in ("chat", "completions", "messages"):
+    for door in DOORS:
         error = anthropic.BadRequestError if door == "messages" else openai.BadRequestError
         with pytest.raises(error) as err:
             await http_call(door, ep, top_p=0.9)
@@ -112,9 +116,9 @@ async def test_a_model_not_trained_samples_a_nucleus(make_server: ServerFactory)
     running = await make_server(http=True)
     assert not running.swarm.models["tiny"].trainable
     ep = await start_episode(running)
-    for door in ("chat", "completions", "messages"):
+    for door in DOORS:
         await http_call(door, ep, top_p=0.9)
-    assert len(await stored_calls(running, ep.episode_id)) == 3
+    assert len(await stored_calls(running, ep.episode_id)) == len(DOORS)
     await grpc_generate(running, top_p=0.9)
 
 
