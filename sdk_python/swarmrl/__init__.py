@@ -63,6 +63,7 @@ from swarmrl._types import (
     Resumed,
     ServerStatus,
     Tool,
+    TrainingHold,
     TrainingState,
     Usage,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "SwarmError",
     "TLSConfig",
     "Tool",
+    "TrainingHold",
     "TrainingState",
     "UnauthenticatedError",
     "UnavailableError",

@@ -189,7 +189,8 @@ class AsyncSwarmClient:
         return [_convert.model_from_proto(m) for m in response.models]
 
     async def status(self) -> ServerStatus:
-        """The server's state: sessions, episodes, pause, models, newest event."""
+        """The server's state: sessions, episodes, pause, models, newest event, holds of
+        training."""
         response = await self._transport.unary(
             "GetStatus", lambda s: s.admin.GetStatus, admin_pb2.GetStatusRequest(), retryable=True
         )
@@ -235,18 +236,32 @@ class AsyncSwarmClient:
         generated while the hold lasts comes from the returned policy version: what a
         pinned evaluation needs. Generation goes on. Needs an admin key.
 
+        The hold is a lease bound to this client's session (opened first if it is not
+        yet): the session's heartbeat keeps it, and when the client closes, or dies and
+        its session lease (`ClientConfig.session_lease`) runs out, the hold lapses and
+        training goes on. Holding again as the same `holder` (from this client, or from
+        another, e.g. a resumed run's) keeps the one hold and binds it to this client's
+        session; `ServerStatus.holds` lists the holds.
+
         Args:
             model: The model; None: the only trainable model.
             holder: Who holds (holds of different holders stack; each lifts its own).
-            reason: Why, in words (logged).
+            reason: Why, in words (logged, and listed in `ServerStatus.holds`).
 
         Raises:
             FailedPreconditionError: The model is not trained here (``NOT_TRAINABLE``).
         """
-        request = admin_pb2.HoldTrainingRequest(model=model or "", holder=holder, reason=reason)
-        response = await self._transport.unary(
-            "HoldTraining", lambda s: s.admin.HoldTraining, request, retryable=True,
-            timeout=self._config.training_call_timeout)
+        await self._session.ensure_open()
+
+        async def hold() -> admin_pb2.HoldTrainingResponse:
+            request = admin_pb2.HoldTrainingRequest(
+                model=model or "", holder=holder, reason=reason, session_id=self._session.id)
+            return await self._transport.unary(
+                "HoldTraining", lambda s: s.admin.HoldTraining, request, retryable=True,
+                timeout=self._config.training_call_timeout)
+
+        response = await retry_once_after(
+            hold, should_recover=is_session_lost, recover=self._session.reopen)
         return TrainingState(response.model, response.policy_version, response.step)
 
     async def release_training(self, model: str | None = None, *, holder: str = "") -> None:

@@ -35,6 +35,7 @@ from swarmrl._types import (
     Resumed,
     ServerStatus,
     Tool,
+    TrainingHold,
     Usage,
 )
 from swarmrl_proto.v1 import admin_service_pb2 as admin_pb2
@@ -278,6 +279,16 @@ def status_from_proto(status: admin_pb2.GetStatusResponse) -> ServerStatus:
         paused=status.paused,
         models=[model_from_proto(m) for m in status.models],
         last_event_sequence=status.last_event_sequence,
+        holds=[hold_from_proto(h) for h in status.holds],
+    )
+
+
+def hold_from_proto(hold: admin_pb2.TrainingHold) -> TrainingHold:
+    return TrainingHold(
+        model=hold.model, holder=hold.holder, reason=hold.reason, session_id=hold.session_id,
+        hold_time=_time(hold.hold_time, hold.HasField("hold_time")),
+        age=hold.age.ToTimedelta().total_seconds(),
+        lease_expire_time=_time(hold.lease_expire_time, hold.HasField("lease_expire_time")),
     )
 
 

@@ -389,7 +389,7 @@ class SwarmClient:
         return self._runner.run(self._async.list_models())
 
     def status(self) -> ServerStatus:
-        """The server's state."""
+        """The server's state, holds of training included (see `AsyncSwarmClient.status`)."""
         return self._runner.run(self._async.status())
 
     def list_clients(self) -> ClientList:
@@ -408,7 +408,8 @@ class SwarmClient:
 
     def hold_training(self, model: str | None = None, *, holder: str = "",
                       reason: str = "") -> TrainingState:
-        """Holds a model's training (see `AsyncSwarmClient.hold_training`)."""
+        """Holds a model's training, a lease bound to this client's session (see
+        `AsyncSwarmClient.hold_training`)."""
         return self._runner.run(self._async.hold_training(model, holder=holder, reason=reason))
 
     def release_training(self, model: str | None = None, *, holder: str = "") -> None:

@@ -1,7 +1,7 @@
 """``swarmrl top``: a live terminal view of a swarm server, drawn with rich.
 
 Read-only, all from the gRPC admin API: ``GetStatus`` (server state, models and their
-policy versions), ``ListClients`` (live clients and agent versions) and
+policy versions, holds of training: holder, reason, age), ``ListClients`` (live clients and agent versions) and
 ``GetLiveSnapshot`` (trainer progress per task, open episodes, call and token totals,
 recent errors; the HTTP shim serves the same message as JSON at ``/swarmrl/live``).
 Rates (calls/s, tokens/s) are the totals' change between two polls.
@@ -85,7 +85,7 @@ def render(target: str, prev: Sample | None, cur: Sample) -> Any:
     header = Text.assemble(
         ("swarmrl top  ", "bold"), f"{target}  instance {st.server_instance[:12]}  ",
         ("state ", "dim"), (state, "yellow" if st.paused else "green"),
-        ("  sessions ", "dim"), str(st.sessions),
+        ("  sessions ", "dim"), str(st.sessions), ("  holds ", "dim"), str(len(st.holds)),
         ("  episodes ", "dim"),
         f"{st.open_episodes} open / {st.ended_episodes} ended / {st.aborted_episodes} aborted",
         ("  calls/s ", "dim"), f"{calls_s:.1f}", ("  tokens/s ", "dim"), f"{tokens_s:.1f}",
@@ -124,13 +124,20 @@ def render(target: str, prev: Sample | None, cur: Sample) -> Any:
             batch = f"{tr['batch_size']} {unit} ({tr['batch_rule']})"
             for task in tr.get("tasks") or [{"task_id": "-", "pending": 0}]:
                 batches.add_row(m.name, task["task_id"], str(task["pending"]), batch)
-    parts += [models, batches]
+    now = time.time()
+    holds = Table(title="training holds", title_justify="left", expand=True)
+    for col in ("MODEL", "HOLDER", "REASON", "SESSION", "AGE", "LAPSES IN"):
+        holds.add_column(col)
+    for h in st.holds[:MAX_ROWS]:
+        left = h.lease_expire_time.timestamp() - now if h.lease_expire_time else 0.0
+        holds.add_row(h.model, h.holder, h.reason, h.session_id or "(own lease)", _age(h.age),
+                      _age(left))
+    parts += [models, batches, holds]
 
     clients = Table(title="clients", title_justify="left", expand=True)
     for col in ("SESSION", "CLIENT", "AGENT VERSIONS", "TASKS", "OPEN", "ENDED", "ABORTED",
                 "LEASE LEFT"):
         clients.add_column(col)
-    now = time.time()
     for c in cur.clients.clients[:MAX_ROWS]:
         versions = [v for v in dict.fromkeys([c.agent_version, *c.episode_agent_versions]) if v]
         lease = c.lease_expire_time.timestamp() - now if c.lease_expire_time else 0.0
@@ -167,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="swarmrl top",
         description="Live console of a swarm server: models and policy versions, trainer "
-                    "progress, clients, open episodes, calls/s and tokens/s, recent errors.",
+                    "progress, holds of training, clients, open episodes, calls/s and "
+                    "tokens/s, recent errors.",
         epilog="example:\n  swarmrl top --target 127.0.0.1:50051",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default=os.environ.get("SWARMRL_TARGET", DEFAULT_TARGET),

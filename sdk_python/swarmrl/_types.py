@@ -26,6 +26,7 @@ __all__ = [
     "Resumed",
     "ServerStatus",
     "Tool",
+    "TrainingHold",
     "Usage",
 ]
 
@@ -208,6 +209,28 @@ class TrainingState:
 
 
 @dataclass(frozen=True)
+class TrainingHold:
+    """A hold of a model's training (`AsyncSwarmClient.hold_training`): a lease, which
+    lapses when its holder's session does (or, held without a session, when its own
+    lease runs out unrenewed), and training then goes on."""
+
+    model: str
+    """The model held."""
+    holder: str
+    """Who holds."""
+    reason: str
+    """Why, in words."""
+    session_id: str
+    """The session the hold lasts with; empty for a hold on a lease of its own."""
+    hold_time: datetime.datetime | None
+    """When the holder first took it (UTC; holding again keeps it)."""
+    age: float
+    """Seconds it had been held when the server answered (by the server's clock)."""
+    lease_expire_time: datetime.datetime | None
+    """When it lapses unless renewed (UTC): its session's lease expiry, or its own."""
+
+
+@dataclass(frozen=True)
 class ServerStatus:
     """What the server reports about itself."""
 
@@ -227,6 +250,8 @@ class ServerStatus:
     """The hosted models."""
     last_event_sequence: int
     """Sequence number of the newest server event."""
+    holds: list[TrainingHold] = field(default_factory=list)
+    """Holds of training now, by model, the oldest first."""
 
 
 @dataclass(frozen=True)

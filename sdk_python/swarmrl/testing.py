@@ -45,7 +45,7 @@ from google.protobuf.message import Message
 
 from swarmrl import _fake_model as toy
 from swarmrl._compat import Self
-from swarmrl._fake_admin import FakeAdmin
+from swarmrl._fake_admin import FakeAdmin, FakeHold
 from swarmrl._fake_rpc import (
     _C,
     _Abort,
@@ -116,6 +116,7 @@ class FakeSwarmServer(
         self._events = _EventLog()
         self._pause: tuple[str, float] | None = None
         self._ended = self._aborted = 0
+        self._holds: dict[tuple[str, str], FakeHold] = {}
         self._server: grpc.aio.Server | None = None
 
     # -- lifecycle ------------------------------------------------------------------

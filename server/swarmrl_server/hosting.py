@@ -17,7 +17,7 @@ trainer package never imports this module; `swarmrl_server.wiring` sets `host.tr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,9 +48,34 @@ class TrainerSettings(Protocol):
         ...
 
 
+class HoldView(Protocol):
+    """A hold of a trainer's training, as the server lists it (`trainer.holds.Hold`)."""
+
+    @property
+    def holder(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def since(self) -> float:
+        """When it was first taken (seconds since the epoch)."""
+        ...
+
+    @property
+    def session_id(self) -> str:
+        """The session it lasts with; "" for a hold on a lease of its own."""
+        ...
+
+    @property
+    def expires_at(self) -> float:
+        """When its own lease runs out (0 when it lasts with a session)."""
+        ...
+
+
 class TrainerHandle(Protocol):
     """What the server calls of a model's trainer (`trainer.trainer.Trainer`): episodes
-    in, clients' done declarations, checkpoints, holds and restores for the admin, its
+    in, clients' done declarations, checkpoints, holds (leases) and restores for the admin, its
     progress for the live snapshot and the gauges, and its stop."""
 
     @property
@@ -91,11 +116,21 @@ class TrainerHandle(Protocol):
         """Removes one checkpoint (never the newest); returns its directory."""
         ...
 
-    async def hold(self, holder: str, reason: str) -> tuple[int, int]:
-        """Holds training (and the model's generation) for `holder`: (version, step)."""
+    async def hold(self, holder: str, reason: str, *, session_id: str = "",
+                   lease_s: float | None = None) -> tuple[int, int]:
+        """Holds training for `holder`, a lease bound to `session_id` or lasting `lease_s`
+        unless renewed (`trainer.holds`): (version, step)."""
         ...
 
     def release(self, holder: str) -> None: ...
+
+    def lapse_holds(self) -> int:
+        """Drops the holds that lapsed (a session ended, a lease ran out); how many."""
+        ...
+
+    def list_holds(self) -> Sequence[HoldView]:
+        """The holds that last now, the oldest first."""
+        ...
 
     async def restore(self, path: Path) -> tuple[int, int]:
         """Back to the checkpoint at `path`: (version, step) after it."""

@@ -6,7 +6,9 @@ benchmarks can drive it directly, in-process, without either.
 
 from __future__ import annotations
 
+import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,21 @@ from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.store.sqlite import SqliteStore
 
 log = structlog.get_logger("swarmrl.swarm")
+
+
+@dataclass(frozen=True)
+class TrainingHold:
+    """A hold of a model's training, as GetStatus lists it."""
+
+    model: str
+    holder: str
+    reason: str
+    session_id: str
+    """The session it lasts with; "" for a hold on a lease of its own."""
+    since: float
+    """When the holder first took it (seconds since the epoch)."""
+    expires_at: float
+    """When it lapses unless renewed: its session's lease expiry, or its own lease's."""
 
 
 class Swarm:
@@ -90,7 +107,13 @@ class Swarm:
         await self.store.close()
 
     async def _abort_session(self, session_id: str, reason: str) -> int:
-        return await self.episodes.abort_session(session_id, reason)
+        """A session ended (closed, or its lease ran out): its open episodes are aborted
+        and the holds of training bound to it lapse."""
+        aborted = await self.episodes.abort_session(session_id, reason)
+        for host in self.models.values():
+            if host.trainer is not None:
+                host.trainer.lapse_holds()
+        return aborted
 
     async def _episode_ended(self, record: EpisodeRecord) -> None:
         for name in record.models:
@@ -126,6 +149,13 @@ class Swarm:
                 out.append(GaugeSample("queue_depth", depth,
                                        {**labels, "queue": "trainer_pending"},
                                        float(host.trainer.pending)))
+                holds = host.trainer.list_holds()
+                out.append(GaugeSample("training_holds", "Holds of a model's training now",
+                                       labels, float(len(holds))))
+                out.append(GaugeSample(
+                    "training_hold_oldest_age_seconds",
+                    "Age of the oldest hold of a model's training (0 when none)", labels,
+                    max(0.0, time.time() - holds[0].since) if holds else 0.0))
         return out
 
     # -- admin ---------------------------------------------------------------------
@@ -189,16 +219,43 @@ class Swarm:
         trainer = self._one_trainer(model, "delete a checkpoint of")
         return trainer.name, await trainer.delete_checkpoint(path)
 
-    async def hold_training(self, model: str, holder: str, reason: str) -> tuple[str, int, int]:
+    async def hold_training(self, model: str, holder: str, reason: str, *,
+                            session_id: str = "", lease_s: float | None = None
+                            ) -> tuple[str, int, int]:
         """Holds the training of `model` (the only trainable model when empty) for
-        `holder`; returns (model, policy version served meanwhile, step)."""
+        `holder`, a lease: bound to the live session `session_id` (NOT_FOUND otherwise),
+        or lasting `lease_s` unless renewed (`trainer.holds`); returns (model, policy
+        version served meanwhile, step). HoldTraining needs an admin key, and an admin
+        may name any session."""
         trainer = self._one_trainer(model, "hold")
-        version, step = await trainer.hold(holder or "admin", reason)
+        if session_id:
+            self.sessions.require(session_id, caller=IN_PROCESS)
+        version, step = await trainer.hold(holder or "admin", reason, session_id=session_id,
+                                           lease_s=lease_s)
         return trainer.name, version, step
 
     def release_training(self, model: str, holder: str) -> None:
         """Lifts `holder`'s hold of `model`'s training."""
         self._one_trainer(model, "release").release(holder or "admin")
+
+    def training_hold(self, model: str, holder: str) -> TrainingHold | None:
+        """`holder`'s hold of `model`'s training, if it lasts."""
+        return next((h for h in self.training_holds(model) if h.holder == (holder or "admin")),
+                    None)
+
+    def training_holds(self, model: str = "") -> list[TrainingHold]:
+        """The holds of training that last now (of `model`, or of every model), by model,
+        the oldest first."""
+        out = []
+        for name, host in self.models.items():
+            if host.trainer is None or (model and name != model):
+                continue
+            for hold in host.trainer.list_holds():
+                expires = (self.sessions.expiry(hold.session_id) or 0.0 if hold.session_id
+                           else hold.expires_at)
+                out.append(TrainingHold(name, hold.holder, hold.reason, hold.session_id,
+                                        hold.since, expires))
+        return out
 
     async def restore_checkpoint(self, model: str, path: str) -> tuple[str, int, int]:
         """Serves a checkpoint of `model` as a new policy version; returns (model, policy

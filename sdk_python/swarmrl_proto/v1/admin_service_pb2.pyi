@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -51,6 +52,7 @@ class GetStatusResponse(_message.Message):
     PAUSED_FIELD_NUMBER: _builtins.int
     MODELS_FIELD_NUMBER: _builtins.int
     LAST_EVENT_SEQUENCE_FIELD_NUMBER: _builtins.int
+    HOLDS_FIELD_NUMBER: _builtins.int
     server_instance: _builtins.str
     """Identifier of this server process; it changes when the server restarts."""
     sessions: _builtins.int
@@ -69,6 +71,10 @@ class GetStatusResponse(_message.Message):
     def models(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ModelInfo]:
         """The hosted models."""
 
+    @_builtins.property
+    def holds(self) -> _containers.RepeatedCompositeFieldContainer[Global___TrainingHold]:
+        """Holds of training now (HoldTraining), by model, the oldest first."""
+
     def __init__(
         self,
         *,
@@ -80,10 +86,11 @@ class GetStatusResponse(_message.Message):
         paused: _builtins.bool = ...,
         models: _abc.Iterable[_types_pb2.ModelInfo] | None = ...,
         last_event_sequence: _builtins.int = ...,
+        holds: _abc.Iterable[Global___TrainingHold] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_episodes", b"aborted_episodes", "ended_episodes", b"ended_episodes", "last_event_sequence", b"last_event_sequence", "models", b"models", "open_episodes", b"open_episodes", "paused", b"paused", "server_instance", b"server_instance", "sessions", b"sessions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_episodes", b"aborted_episodes", "ended_episodes", b"ended_episodes", "holds", b"holds", "last_event_sequence", b"last_event_sequence", "models", b"models", "open_episodes", b"open_episodes", "paused", b"paused", "server_instance", b"server_instance", "sessions", b"sessions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -301,22 +308,41 @@ class HoldTrainingRequest(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     HOLDER_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    LEASE_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The model; empty means the only trainable model."""
     holder: _builtins.str
-    """Who holds: holds of different holders stack, and each holder lifts only its own."""
+    """Who holds: holds of different holders stack, and each holder lifts only its own.
+    Holding again as the same holder keeps the one hold (its start and reason) and
+    re-binds it to this request's session_id or lease.
+    """
     reason: _builtins.str
-    """Why, in words (logged)."""
+    """Why, in words (logged, and listed by GetStatus)."""
+    session_id: _builtins.str
+    """The holder's session (SessionService.OpenSession): the hold lasts while the
+    session's lease does, and lapses when the session is closed or its lease runs
+    out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+    Empty: the hold lasts `lease`.
+    """
+    @_builtins.property
+    def lease(self) -> _duration_pb2.Duration:
+        """For a hold without a session: how long it lasts unless the holder holds again,
+        which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+        """
+
     def __init__(
         self,
         *,
         model: _builtins.str = ...,
         holder: _builtins.str = ...,
         reason: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        lease: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder", "model", b"model", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder", "lease", b"lease", "model", b"model", "reason", b"reason", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -331,26 +357,84 @@ class HoldTrainingResponse(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     POLICY_VERSION_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
+    HOLD_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The model held."""
     policy_version: _builtins.int
     """The policy version served while the hold lasts."""
     step: _builtins.int
     """The trainer's last optimizer step."""
+    @_builtins.property
+    def hold(self) -> Global___TrainingHold:
+        """The hold, as GetStatus lists it."""
+
     def __init__(
         self,
         *,
         model: _builtins.str = ...,
         policy_version: _builtins.int = ...,
         step: _builtins.int = ...,
+        hold: Global___TrainingHold | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["hold", b"hold"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "policy_version", b"policy_version", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hold", b"hold", "model", b"model", "policy_version", b"policy_version", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HoldTrainingResponse: _TypeAlias = HoldTrainingResponse  # noqa: Y015
+
+@_typing.final
+class TrainingHold(_message.Message):
+    """A hold of a model's training (HoldTraining): a lease."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    HOLDER_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    HOLD_TIME_FIELD_NUMBER: _builtins.int
+    AGE_FIELD_NUMBER: _builtins.int
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model held."""
+    holder: _builtins.str
+    """Who holds."""
+    reason: _builtins.str
+    """Why, in words."""
+    session_id: _builtins.str
+    """The session the hold lasts with; empty for a hold on a lease of its own."""
+    @_builtins.property
+    def hold_time(self) -> _timestamp_pb2.Timestamp:
+        """When the holder first took the hold (holding again keeps it)."""
+
+    @_builtins.property
+    def age(self) -> _duration_pb2.Duration:
+        """How long it has been held, by the server's clock."""
+
+    @_builtins.property
+    def lease_expire_time(self) -> _timestamp_pb2.Timestamp:
+        """When it lapses unless renewed: its session's lease expiry, or its own lease's."""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        holder: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        hold_time: _timestamp_pb2.Timestamp | None = ...,
+        age: _duration_pb2.Duration | None = ...,
+        lease_expire_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["age", b"age", "hold_time", b"hold_time", "lease_expire_time", b"lease_expire_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["age", b"age", "hold_time", b"hold_time", "holder", b"holder", "lease_expire_time", b"lease_expire_time", "model", b"model", "reason", b"reason", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrainingHold: _TypeAlias = TrainingHold  # noqa: Y015
 
 @_typing.final
 class ReleaseTrainingRequest(_message.Message):

@@ -149,9 +149,14 @@ class AdminServiceServicer:
 
     def HoldTraining(self, request, context):
         """Holds a model's training: no optimizer step starts until the holder calls
-        ReleaseTraining. A step in progress finishes, and its weights are served,
-        before this returns; generation goes on at the returned policy version, so
-        an evaluation played while the hold lasts plays that one version.
+        ReleaseTraining or the hold lapses. A step in progress finishes, and its
+        weights are served, before this returns; generation goes on at the returned
+        policy version, so an evaluation played while the hold lasts plays that one
+        version. A hold is a lease: it lasts as long as the holder's session (or, held
+        without a session, for a TTL that holding again renews); when it lapses,
+        training goes on. Holding again by the same holder never takes a second hold:
+        it re-binds the first to the new session or lease. Holds live in the server's
+        memory: a restarted server holds nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

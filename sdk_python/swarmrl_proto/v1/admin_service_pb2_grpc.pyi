@@ -57,9 +57,14 @@ class AdminServiceStub:
     """
     HoldTraining: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.HoldTrainingRequest, _admin_service_pb2.HoldTrainingResponse]
     """Holds a model's training: no optimizer step starts until the holder calls
-    ReleaseTraining. A step in progress finishes, and its weights are served,
-    before this returns; generation goes on at the returned policy version, so
-    an evaluation played while the hold lasts plays that one version.
+    ReleaseTraining or the hold lapses. A step in progress finishes, and its
+    weights are served, before this returns; generation goes on at the returned
+    policy version, so an evaluation played while the hold lasts plays that one
+    version. A hold is a lease: it lasts as long as the holder's session (or, held
+    without a session, for a TTL that holding again renews); when it lapses,
+    training goes on. Holding again by the same holder never takes a second hold:
+    it re-binds the first to the new session or lease. Holds live in the server's
+    memory: a restarted server holds nothing.
     """
     ReleaseTraining: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ReleaseTrainingRequest, _admin_service_pb2.ReleaseTrainingResponse]
     """Lifts one holder's hold of a model's training."""
@@ -109,9 +114,14 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     HoldTraining: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.HoldTrainingRequest, _admin_service_pb2.HoldTrainingResponse]  # type: ignore[assignment]
     """Holds a model's training: no optimizer step starts until the holder calls
-    ReleaseTraining. A step in progress finishes, and its weights are served,
-    before this returns; generation goes on at the returned policy version, so
-    an evaluation played while the hold lasts plays that one version.
+    ReleaseTraining or the hold lapses. A step in progress finishes, and its
+    weights are served, before this returns; generation goes on at the returned
+    policy version, so an evaluation played while the hold lasts plays that one
+    version. A hold is a lease: it lasts as long as the holder's session (or, held
+    without a session, for a TTL that holding again renews); when it lapses,
+    training goes on. Holding again by the same holder never takes a second hold:
+    it re-binds the first to the new session or lease. Holds live in the server's
+    memory: a restarted server holds nothing.
     """
     ReleaseTraining: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ReleaseTrainingRequest, _admin_service_pb2.ReleaseTrainingResponse]  # type: ignore[assignment]
     """Lifts one holder's hold of a model's training."""
@@ -200,9 +210,14 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.HoldTrainingResponse, _abc.Awaitable[_admin_service_pb2.HoldTrainingResponse]]:
         """Holds a model's training: no optimizer step starts until the holder calls
-        ReleaseTraining. A step in progress finishes, and its weights are served,
-        before this returns; generation goes on at the returned policy version, so
-        an evaluation played while the hold lasts plays that one version.
+        ReleaseTraining or the hold lapses. A step in progress finishes, and its
+        weights are served, before this returns; generation goes on at the returned
+        policy version, so an evaluation played while the hold lasts plays that one
+        version. A hold is a lease: it lasts as long as the holder's session (or, held
+        without a session, for a TTL that holding again renews); when it lapses,
+        training goes on. Holding again by the same holder never takes a second hold:
+        it re-binds the first to the new session or lease. Holds live in the server's
+        memory: a restarted server holds nothing.
         """
 
     @_abc_1.abstractmethod

@@ -2,7 +2,9 @@
 
 A client opens a session (its own id, so reopening is idempotent) and renews
 the lease by heartbeat. A reaper aborts the open episodes of sessions whose
-lease ran out, so a crashed client never pins half-finished episodes.
+lease ran out, so a crashed client never pins half-finished episodes; what else
+lasts with a session (a hold of training bound to it) is dropped by the same
+`on_expire` hook, which runs whenever a session ends, closed or reaped.
 
 A session belongs to the principal that opened it: only that principal (or an
 admin) may reopen, heartbeat, close or declare-done it; others get NOT_FOUND.
@@ -63,6 +65,12 @@ class SessionTable:
     def ids(self) -> set[str]:
         """Ids of the sessions whose lease is live."""
         return set(self._sessions)
+
+    def expiry(self, session_id: str) -> float | None:
+        """When the live session `session_id`'s lease runs out unless renewed (seconds
+        since the epoch); None when no such session is live."""
+        record = self._sessions.get(session_id)
+        return None if record is None else record.expires_at
 
     async def open(
         self, session_id: str, client_name: str, lease_s: float | None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,7 +25,7 @@ from swarmrl_server.grpc.errors import translate_errors
 from swarmrl_server.grpc.handlers import Context
 from swarmrl_server.observe import live
 from swarmrl_server.security import KeyRing, Principal
-from swarmrl_server.swarm import Swarm
+from swarmrl_server.swarm import Swarm, TrainingHold
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:
@@ -189,6 +190,15 @@ class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
         return ep_pb.GetEpisodeResponse(episode=convert.episode_to_proto(record))
 
 
+def _hold(h: TrainingHold) -> admin_pb.TrainingHold:
+    hold = admin_pb.TrainingHold(
+        model=h.model, holder=h.holder, reason=h.reason, session_id=h.session_id,
+        hold_time=convert.timestamp_of(h.since), age=_duration(max(0.0, time.time() - h.since)))
+    if h.expires_at:
+        hold.lease_expire_time.CopyFrom(convert.timestamp_of(h.expires_at))
+    return hold
+
+
 def _result_to_proto(r: GenerationResult) -> ep_pb.GenerateResult:
     c = r.call
     return ep_pb.GenerateResult(
@@ -216,7 +226,9 @@ class AdminServicer(admin_grpc.AdminServiceServicer):
     @translate_errors
     async def GetStatus(self, request: admin_pb.GetStatusRequest, context: Context) -> admin_pb.GetStatusResponse:
         status = await self.swarm.status()
-        return admin_pb.GetStatusResponse(models=self._models(), **status)
+        return admin_pb.GetStatusResponse(
+            models=self._models(), holds=[_hold(h) for h in self.swarm.training_holds()],
+            **status)
 
     @translate_errors
     async def ListModels(self, request: admin_pb.ListModelsRequest, context: Context) -> admin_pb.ListModelsResponse:
@@ -257,8 +269,15 @@ class AdminServicer(admin_grpc.AdminServiceServicer):
 
     @translate_errors
     async def HoldTraining(self, request: admin_pb.HoldTrainingRequest, context: Context) -> admin_pb.HoldTrainingResponse:
-        model, version, step = await self.swarm.hold_training(request.model, request.holder, request.reason)
-        return admin_pb.HoldTrainingResponse(model=model, policy_version=version, step=step)
+        lease = request.lease.ToNanoseconds() / 1e9 if request.HasField("lease") else None
+        model, version, step = await self.swarm.hold_training(
+            request.model, request.holder, request.reason, session_id=request.session_id,
+            lease_s=lease)
+        response = admin_pb.HoldTrainingResponse(model=model, policy_version=version, step=step)
+        hold = self.swarm.training_hold(model, request.holder)
+        if hold is not None:  # None only when it lapsed already (its session just ended)
+            response.hold.CopyFrom(_hold(hold))
+        return response
 
     @translate_errors
     async def ReleaseTraining(self, request: admin_pb.ReleaseTrainingRequest, context: Context) -> admin_pb.ReleaseTrainingResponse:

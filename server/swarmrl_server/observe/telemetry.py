@@ -2,7 +2,8 @@
 
 Every Prometheus object lives here; the rest of the server calls one of the hooks
 (`request_done`, `call_done`, `episode_finished`, `trainer_step`,
-`episodes_dropped`) or registers a `gauges` source that is read at scrape time.
+`episodes_dropped_by`, `hold_lapsed`) or registers a `gauges` source that is read at
+scrape time.
 Each server gets its own `CollectorRegistry`, so two servers in one process (tests)
 never mix their counts; the HTTP shim serves it at ``/metrics``.
 
@@ -119,6 +120,10 @@ class Telemetry:
         self.episodes_dropped = Counter(
             "swarmrl_trainer_episodes_dropped", "Episodes the trainer dropped, by reason",
             ["model", "reason"], registry=r)
+        self.holds_lapsed = Counter(
+            "swarmrl_training_holds_lapsed",
+            "Holds of training that lapsed (their session ended, or their lease ran out)",
+            ["model", "cause"], registry=r)
         self._last_step: dict[str, dict[str, float]] = {}
         self._episode_counts: dict[str, int] = {}
         self._sources: list[Callable[[], Iterable[GaugeSample]]] = [self._trainer_gauges]
@@ -192,6 +197,10 @@ class Telemetry:
     def episodes_dropped_by(self, model: str, counts: Mapping[str, int]) -> None:
         for reason, n in counts.items():
             self.episodes_dropped.labels(model, reason).inc(n)
+
+    def hold_lapsed(self, model: str, cause: str) -> None:
+        """A hold of `model`'s training lapsed; `cause` is "session" or "lease"."""
+        self.holds_lapsed.labels(model, cause).inc()
 
     def last_step(self, model: str) -> dict[str, float]:
         return dict(self._last_step.get(model, {}))

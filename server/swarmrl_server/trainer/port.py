@@ -50,12 +50,17 @@ class TrainingStore(Protocol):
 
 
 class MetricsSink(Protocol):
-    """Where a trainer's step metrics and drop counts go (the server's telemetry)."""
+    """Where a trainer's step metrics, drop counts and lapsed holds go (the server's
+    telemetry)."""
 
     def trainer_step(self, model: str, step: int, values: Mapping[str, float],
                      staleness: Sequence[int]) -> None: ...
 
     def episodes_dropped_by(self, model: str, counts: Mapping[str, int]) -> None: ...
+
+    def hold_lapsed(self, model: str, cause: str) -> None:
+        """A hold of `model`'s training lapsed ("session" or "lease", trainer/holds.py)."""
+        ...
 
 
 class PauseHolder(Protocol):

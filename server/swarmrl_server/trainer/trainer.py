@@ -37,6 +37,7 @@ from swarmrl_server.trainer import breakdown, checkpoint
 from swarmrl_server.trainer.batching import Batcher, BatchPlan
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from swarmrl_server.trainer.history import LOST_WEIGHTS, Recovery, VersionHistory
+from swarmrl_server.trainer.holds import Hold, Holds, check_binding
 from swarmrl_server.trainer.port import TrainingPort
 from swarmrl_server.trainer.step import EpisodeRows, batch_advantages, episode_rows, generated_mask
 from swarmrl_server.trainer.workers import GroupFactory, LocalGroup, WorkerGroup
@@ -75,8 +76,8 @@ class Trainer:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # a step, a checkpoint and a restore never overlap
-        self._holds: dict[str, str] = {}
-        """Holder -> reason: while any holds, no step starts (`hold`)."""
+        self._holds = Holds()
+        """While any holds, no step starts (`hold`); each is a lease (trainer/holds.py)."""
         self._last_step_end = time.monotonic()
         self._unreported: dict[str, int] = {}
         self.history = VersionHistory(port.store, port.model)
@@ -222,31 +223,62 @@ class Trainer:
         log.info("checkpoint_saved", model=self.name, step=self.step, path=str(path))
         return path
 
-    # -- holds (a pinned evaluation) ---------------------------------------------------
+    # -- holds (a pinned evaluation; leases, whose rules are trainer/holds.py's) -------
 
-    async def hold(self, holder: str, reason: str) -> tuple[int, int]:
-        """Holds training for `holder`: no step starts until it calls `release`. Waits for
-        a step in progress (its weights pushed) and lifts this trainer's own generation
-        pause, so the model keeps generating at one version. Returns (policy version,
-        step). Holds of different holders stack; holding again is a no-op."""
+    async def hold(self, holder: str, reason: str, *, session_id: str = "",
+                   lease_s: float | None = None) -> tuple[int, int]:
+        """Holds training for `holder`: no step starts until it calls `release` or the
+        hold lapses (with its session `session_id`, or after `lease_s` without a renewal:
+        trainer/holds.py). Waits for a step in progress (its weights pushed) and lifts this
+        trainer's own generation pause, so the model keeps generating at one version.
+        Returns (policy version, step). Holds of different holders stack; holding again
+        keeps the holder's one hold and re-binds it."""
+        check_binding(session_id, lease_s)  # refused before waiting out a step
         async with self._lock:  # a step in progress ends, weights served, before this
-            self._holds[holder] = reason
+            hold, new = self._holds.take(holder, reason, session_id=session_id,
+                                         lease_s=lease_s, now=time.time())
         await self._resume_generation()
-        log.info("trainer_held", model=self.name, holder=holder, reason=reason,
-                 policy_version=self.policy_version, step=self.step)
+        log.info("trainer_held" if new else "trainer_hold_renewed", model=self.name,
+                 holder=holder, reason=hold.reason, session_id=session_id or None,
+                 lease_s=hold.lease_s or None, policy_version=self.policy_version,
+                 step=self.step)
         return self.policy_version, self.step
 
     def release(self, holder: str) -> None:
         """Lifts `holder`'s hold (a no-op when it holds none); training goes on when no
         hold is left."""
-        if self._holds.pop(holder, None) is not None:
+        if self._holds.release(holder) is not None:
             log.info("trainer_released", model=self.name, holder=holder)
             self._wake.set()
+
+    def lapse_holds(self) -> int:
+        """Drops the holds that lapsed (their session ended, or their lease ran out):
+        each is logged and counted, and training goes on. Run by the loop at every wake
+        (at least every POLL_S) and by the server when a session ends. Returns how many."""
+        now = time.time()
+        lapsed = self._holds.lapse(now, self.port.active_sessions())
+        for hold, cause in lapsed:
+            log.warning("trainer_hold_lapsed", model=self.name, holder=hold.holder,
+                        reason=hold.reason, cause=cause, session_id=hold.session_id or None,
+                        held_s=round(now - hold.since, 1))
+            self.port.metrics.hold_lapsed(self.name, cause)
+        if lapsed:
+            self._wake.set()
+        return len(lapsed)
+
+    def list_holds(self) -> list[Hold]:
+        """The holds that last now, the oldest first."""
+        return self._holds.live(time.time(), self.port.active_sessions())
 
     @property
     def holds(self) -> dict[str, str]:
         """Who holds training now, and why."""
-        return dict(self._holds)
+        return {h.holder: h.reason for h in self.list_holds()}
+
+    def _held(self) -> bool:
+        """Whether a hold that has not lapsed stops training now."""
+        self.lapse_holds()
+        return bool(self._holds)
 
     async def restore(self, path: Path) -> tuple[int, int]:
         """Loads a checkpoint this trainer wrote (weights, optimizer, rng) and serves its
@@ -281,13 +313,13 @@ class Trainer:
                 except TimeoutError:
                     pass
                 self._wake.clear()
-                while not self._stopping and not self._holds:
+                while not self._stopping and not self._held():
                     plan = await self._next_plan()
                     await self._pace()
                     if plan is None:
                         break
                     async with self._lock:
-                        if self._holds:  # a hold taken while this plan was made wins
+                        if self._held():  # a hold taken while this plan was made wins
                             break
                         await self._train(plan)
                     if self.config.max_steps and self.step >= self.config.max_steps:

@@ -35,9 +35,14 @@ type AdminServiceClient interface {
 	// server resumes from (FAILED_PRECONDITION). Needs an admin key.
 	DeleteCheckpoint(ctx context.Context, in *DeleteCheckpointRequest, opts ...grpc.CallOption) (*DeleteCheckpointResponse, error)
 	// Holds a model's training: no optimizer step starts until the holder calls
-	// ReleaseTraining. A step in progress finishes, and its weights are served,
-	// before this returns; generation goes on at the returned policy version, so
-	// an evaluation played while the hold lasts plays that one version.
+	// ReleaseTraining or the hold lapses. A step in progress finishes, and its
+	// weights are served, before this returns; generation goes on at the returned
+	// policy version, so an evaluation played while the hold lasts plays that one
+	// version. A hold is a lease: it lasts as long as the holder's session (or, held
+	// without a session, for a TTL that holding again renews); when it lapses,
+	// training goes on. Holding again by the same holder never takes a second hold:
+	// it re-binds the first to the new session or lease. Holds live in the server's
+	// memory: a restarted server holds nothing.
 	HoldTraining(ctx context.Context, in *HoldTrainingRequest, opts ...grpc.CallOption) (*HoldTrainingResponse, error)
 	// Lifts one holder's hold of a model's training.
 	ReleaseTraining(ctx context.Context, in *ReleaseTrainingRequest, opts ...grpc.CallOption) (*ReleaseTrainingResponse, error)
@@ -185,9 +190,14 @@ type AdminServiceServer interface {
 	// server resumes from (FAILED_PRECONDITION). Needs an admin key.
 	DeleteCheckpoint(context.Context, *DeleteCheckpointRequest) (*DeleteCheckpointResponse, error)
 	// Holds a model's training: no optimizer step starts until the holder calls
-	// ReleaseTraining. A step in progress finishes, and its weights are served,
-	// before this returns; generation goes on at the returned policy version, so
-	// an evaluation played while the hold lasts plays that one version.
+	// ReleaseTraining or the hold lapses. A step in progress finishes, and its
+	// weights are served, before this returns; generation goes on at the returned
+	// policy version, so an evaluation played while the hold lasts plays that one
+	// version. A hold is a lease: it lasts as long as the holder's session (or, held
+	// without a session, for a TTL that holding again renews); when it lapses,
+	// training goes on. Holding again by the same holder never takes a second hold:
+	// it re-binds the first to the new session or lease. Holds live in the server's
+	// memory: a restarted server holds nothing.
 	HoldTraining(context.Context, *HoldTrainingRequest) (*HoldTrainingResponse, error)
 	// Lifts one holder's hold of a model's training.
 	ReleaseTraining(context.Context, *ReleaseTrainingRequest) (*ReleaseTrainingResponse, error)

@@ -18,6 +18,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { Duration } from "../../google/protobuf/duration";
 import { Timestamp } from "../../google/protobuf/timestamp";
 import { ModelInfo } from "./types";
 
@@ -43,6 +44,8 @@ export interface GetStatusResponse {
   models: ModelInfo[];
   /** Sequence number of the newest server event. */
   lastEventSequence: number;
+  /** Holds of training now (HoldTraining), by model, the oldest first. */
+  holds: TrainingHold[];
 }
 
 /** Request of ListModels. */
@@ -101,10 +104,26 @@ export interface DeleteCheckpointResponse {
 export interface HoldTrainingRequest {
   /** The model; empty means the only trainable model. */
   model: string;
-  /** Who holds: holds of different holders stack, and each holder lifts only its own. */
+  /**
+   * Who holds: holds of different holders stack, and each holder lifts only its own.
+   * Holding again as the same holder keeps the one hold (its start and reason) and
+   * re-binds it to this request's session_id or lease.
+   */
   holder: string;
-  /** Why, in words (logged). */
+  /** Why, in words (logged, and listed by GetStatus). */
   reason: string;
+  /**
+   * The holder's session (SessionService.OpenSession): the hold lasts while the
+   * session's lease does, and lapses when the session is closed or its lease runs
+   * out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+   * Empty: the hold lasts `lease`.
+   */
+  sessionId: string;
+  /**
+   * For a hold without a session: how long it lasts unless the holder holds again,
+   * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+   */
+  lease: Duration | undefined;
 }
 
 /** Response of HoldTraining. */
@@ -115,6 +134,30 @@ export interface HoldTrainingResponse {
   policyVersion: number;
   /** The trainer's last optimizer step. */
   step: number;
+  /** The hold, as GetStatus lists it. */
+  hold: TrainingHold | undefined;
+}
+
+/** A hold of a model's training (HoldTraining): a lease. */
+export interface TrainingHold {
+  /** The model held. */
+  model: string;
+  /** Who holds. */
+  holder: string;
+  /** Why, in words. */
+  reason: string;
+  /** The session the hold lasts with; empty for a hold on a lease of its own. */
+  sessionId: string;
+  /** When the holder first took the hold (holding again keeps it). */
+  holdTime:
+    | Date
+    | undefined;
+  /** How long it has been held, by the server's clock. */
+  age:
+    | Duration
+    | undefined;
+  /** When it lapses unless renewed: its session's lease expiry, or its own lease's. */
+  leaseExpireTime: Date | undefined;
 }
 
 /** Request of ReleaseTraining. */
@@ -417,6 +460,7 @@ function createBaseGetStatusResponse(): GetStatusResponse {
     paused: false,
     models: [],
     lastEventSequence: 0,
+    holds: [],
   };
 }
 
@@ -445,6 +489,9 @@ export const GetStatusResponse: MessageFns<GetStatusResponse> = {
     }
     if (message.lastEventSequence !== 0) {
       writer.uint32(64).uint64(message.lastEventSequence);
+    }
+    for (const v of message.holds) {
+      TrainingHold.encode(v!, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -526,6 +573,14 @@ export const GetStatusResponse: MessageFns<GetStatusResponse> = {
             message.lastEventSequence = longToNumber(reader.uint64());
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.holds.push(TrainingHold.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -570,6 +625,9 @@ export const GetStatusResponse: MessageFns<GetStatusResponse> = {
         : isSet(object.last_event_sequence)
         ? globalThis.Number(object.last_event_sequence)
         : 0,
+      holds: globalThis.Array.isArray(object?.holds)
+        ? object.holds.map((e: any) => TrainingHold.fromJSON(e))
+        : [],
     };
   },
 
@@ -599,6 +657,9 @@ export const GetStatusResponse: MessageFns<GetStatusResponse> = {
     if (message.lastEventSequence !== 0) {
       obj.lastEventSequence = Math.round(message.lastEventSequence);
     }
+    if (message.holds?.length) {
+      obj.holds = message.holds.map((e) => TrainingHold.toJSON(e));
+    }
     return obj;
   },
 
@@ -615,6 +676,7 @@ export const GetStatusResponse: MessageFns<GetStatusResponse> = {
     message.paused = object.paused ?? false;
     message.models = object.models?.map((e) => ModelInfo.fromPartial(e)) || [];
     message.lastEventSequence = object.lastEventSequence ?? 0;
+    message.holds = object.holds?.map((e) => TrainingHold.fromPartial(e)) || [];
     return message;
   },
 };
@@ -1235,7 +1297,7 @@ export const DeleteCheckpointResponse: MessageFns<DeleteCheckpointResponse> = {
 };
 
 function createBaseHoldTrainingRequest(): HoldTrainingRequest {
-  return { model: "", holder: "", reason: "" };
+  return { model: "", holder: "", reason: "", sessionId: "", lease: undefined };
 }
 
 export const HoldTrainingRequest: MessageFns<HoldTrainingRequest> = {
@@ -1248,6 +1310,12 @@ export const HoldTrainingRequest: MessageFns<HoldTrainingRequest> = {
     }
     if (message.reason !== "") {
       writer.uint32(26).string(message.reason);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(34).string(message.sessionId);
+    }
+    if (message.lease !== undefined) {
+      Duration.encode(message.lease, writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -1289,6 +1357,22 @@ export const HoldTrainingRequest: MessageFns<HoldTrainingRequest> = {
             message.reason = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.lease = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1306,6 +1390,12 @@ export const HoldTrainingRequest: MessageFns<HoldTrainingRequest> = {
       model: isSet(object.model) ? globalThis.String(object.model) : "",
       holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
       reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      lease: isSet(object.lease) ? Duration.fromJSON(object.lease) : undefined,
     };
   },
 
@@ -1320,6 +1410,12 @@ export const HoldTrainingRequest: MessageFns<HoldTrainingRequest> = {
     if (message.reason !== "") {
       obj.reason = message.reason;
     }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.lease !== undefined) {
+      obj.lease = Duration.toJSON(message.lease);
+    }
     return obj;
   },
 
@@ -1331,12 +1427,16 @@ export const HoldTrainingRequest: MessageFns<HoldTrainingRequest> = {
     message.model = object.model ?? "";
     message.holder = object.holder ?? "";
     message.reason = object.reason ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.lease = (object.lease !== undefined && object.lease !== null)
+      ? Duration.fromPartial(object.lease)
+      : undefined;
     return message;
   },
 };
 
 function createBaseHoldTrainingResponse(): HoldTrainingResponse {
-  return { model: "", policyVersion: 0, step: 0 };
+  return { model: "", policyVersion: 0, step: 0, hold: undefined };
 }
 
 export const HoldTrainingResponse: MessageFns<HoldTrainingResponse> = {
@@ -1349,6 +1449,9 @@ export const HoldTrainingResponse: MessageFns<HoldTrainingResponse> = {
     }
     if (message.step !== 0) {
       writer.uint32(24).int64(message.step);
+    }
+    if (message.hold !== undefined) {
+      TrainingHold.encode(message.hold, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -1390,6 +1493,14 @@ export const HoldTrainingResponse: MessageFns<HoldTrainingResponse> = {
             message.step = longToNumber(reader.int64());
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.hold = TrainingHold.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1411,6 +1522,7 @@ export const HoldTrainingResponse: MessageFns<HoldTrainingResponse> = {
         ? globalThis.Number(object.policy_version)
         : 0,
       step: isSet(object.step) ? globalThis.Number(object.step) : 0,
+      hold: isSet(object.hold) ? TrainingHold.fromJSON(object.hold) : undefined,
     };
   },
 
@@ -1425,6 +1537,9 @@ export const HoldTrainingResponse: MessageFns<HoldTrainingResponse> = {
     if (message.step !== 0) {
       obj.step = Math.round(message.step);
     }
+    if (message.hold !== undefined) {
+      obj.hold = TrainingHold.toJSON(message.hold);
+    }
     return obj;
   },
 
@@ -1436,6 +1551,194 @@ export const HoldTrainingResponse: MessageFns<HoldTrainingResponse> = {
     message.model = object.model ?? "";
     message.policyVersion = object.policyVersion ?? 0;
     message.step = object.step ?? 0;
+    message.hold = (object.hold !== undefined && object.hold !== null)
+      ? TrainingHold.fromPartial(object.hold)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseTrainingHold(): TrainingHold {
+  return {
+    model: "",
+    holder: "",
+    reason: "",
+    sessionId: "",
+    holdTime: undefined,
+    age: undefined,
+    leaseExpireTime: undefined,
+  };
+}
+
+export const TrainingHold: MessageFns<TrainingHold> = {
+  encode(message: TrainingHold, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.holder !== "") {
+      writer.uint32(18).string(message.holder);
+    }
+    if (message.reason !== "") {
+      writer.uint32(26).string(message.reason);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(34).string(message.sessionId);
+    }
+    if (message.holdTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.holdTime), writer.uint32(42).fork()).join();
+    }
+    if (message.age !== undefined) {
+      Duration.encode(message.age, writer.uint32(50).fork()).join();
+    }
+    if (message.leaseExpireTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.leaseExpireTime), writer.uint32(58).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TrainingHold {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTrainingHold();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.holdTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.age = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.leaseExpireTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TrainingHold {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      holdTime: isSet(object.holdTime)
+        ? fromJsonTimestamp(object.holdTime)
+        : isSet(object.hold_time)
+        ? fromJsonTimestamp(object.hold_time)
+        : undefined,
+      age: isSet(object.age) ? Duration.fromJSON(object.age) : undefined,
+      leaseExpireTime: isSet(object.leaseExpireTime)
+        ? fromJsonTimestamp(object.leaseExpireTime)
+        : isSet(object.lease_expire_time)
+        ? fromJsonTimestamp(object.lease_expire_time)
+        : undefined,
+    };
+  },
+
+  toJSON(message: TrainingHold): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.holdTime !== undefined) {
+      obj.holdTime = message.holdTime.toISOString();
+    }
+    if (message.age !== undefined) {
+      obj.age = Duration.toJSON(message.age);
+    }
+    if (message.leaseExpireTime !== undefined) {
+      obj.leaseExpireTime = message.leaseExpireTime.toISOString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TrainingHold>, I>>(base?: I): TrainingHold {
+    return TrainingHold.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TrainingHold>, I>>(object: I): TrainingHold {
+    const message = createBaseTrainingHold();
+    message.model = object.model ?? "";
+    message.holder = object.holder ?? "";
+    message.reason = object.reason ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.holdTime = object.holdTime ?? undefined;
+    message.age = (object.age !== undefined && object.age !== null) ? Duration.fromPartial(object.age) : undefined;
+    message.leaseExpireTime = object.leaseExpireTime ?? undefined;
     return message;
   },
 };
@@ -3961,9 +4264,14 @@ export const AdminServiceService = {
   },
   /**
    * Holds a model's training: no optimizer step starts until the holder calls
-   * ReleaseTraining. A step in progress finishes, and its weights are served,
-   * before this returns; generation goes on at the returned policy version, so
-   * an evaluation played while the hold lasts plays that one version.
+   * ReleaseTraining or the hold lapses. A step in progress finishes, and its
+   * weights are served, before this returns; generation goes on at the returned
+   * policy version, so an evaluation played while the hold lasts plays that one
+   * version. A hold is a lease: it lasts as long as the holder's session (or, held
+   * without a session, for a TTL that holding again renews); when it lapses,
+   * training goes on. Holding again by the same holder never takes a second hold:
+   * it re-binds the first to the new session or lease. Holds live in the server's
+   * memory: a restarted server holds nothing.
    */
   holdTraining: {
     path: "/swarmrl.v1.AdminService/HoldTraining" as const,
@@ -4060,9 +4368,14 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
   deleteCheckpoint: handleUnaryCall<DeleteCheckpointRequest, DeleteCheckpointResponse>;
   /**
    * Holds a model's training: no optimizer step starts until the holder calls
-   * ReleaseTraining. A step in progress finishes, and its weights are served,
-   * before this returns; generation goes on at the returned policy version, so
-   * an evaluation played while the hold lasts plays that one version.
+   * ReleaseTraining or the hold lapses. A step in progress finishes, and its
+   * weights are served, before this returns; generation goes on at the returned
+   * policy version, so an evaluation played while the hold lasts plays that one
+   * version. A hold is a lease: it lasts as long as the holder's session (or, held
+   * without a session, for a TTL that holding again renews); when it lapses,
+   * training goes on. Holding again by the same holder never takes a second hold:
+   * it re-binds the first to the new session or lease. Holds live in the server's
+   * memory: a restarted server holds nothing.
    */
   holdTraining: handleUnaryCall<HoldTrainingRequest, HoldTrainingResponse>;
   /** Lifts one holder's hold of a model's training. */
@@ -4196,9 +4509,14 @@ export interface AdminServiceClient extends Client {
   ): ClientUnaryCall;
   /**
    * Holds a model's training: no optimizer step starts until the holder calls
-   * ReleaseTraining. A step in progress finishes, and its weights are served,
-   * before this returns; generation goes on at the returned policy version, so
-   * an evaluation played while the hold lasts plays that one version.
+   * ReleaseTraining or the hold lapses. A step in progress finishes, and its
+   * weights are served, before this returns; generation goes on at the returned
+   * policy version, so an evaluation played while the hold lasts plays that one
+   * version. A hold is a lease: it lasts as long as the holder's session (or, held
+   * without a session, for a TTL that holding again renews); when it lapses,
+   * training goes on. Holding again by the same holder never takes a second hold:
+   * it re-binds the first to the new session or lease. Holds live in the server's
+   * memory: a restarted server holds nothing.
    */
   holdTraining(
     request: HoldTrainingRequest,

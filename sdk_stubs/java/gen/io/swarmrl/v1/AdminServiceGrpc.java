@@ -493,9 +493,14 @@ public final class AdminServiceGrpc {
     /**
      * <pre>
      * Holds a model's training: no optimizer step starts until the holder calls
-     * ReleaseTraining. A step in progress finishes, and its weights are served,
-     * before this returns; generation goes on at the returned policy version, so
-     * an evaluation played while the hold lasts plays that one version.
+     * ReleaseTraining or the hold lapses. A step in progress finishes, and its
+     * weights are served, before this returns; generation goes on at the returned
+     * policy version, so an evaluation played while the hold lasts plays that one
+     * version. A hold is a lease: it lasts as long as the holder's session (or, held
+     * without a session, for a TTL that holding again renews); when it lapses,
+     * training goes on. Holding again by the same holder never takes a second hold:
+     * it re-binds the first to the new session or lease. Holds live in the server's
+     * memory: a restarted server holds nothing.
      * </pre>
      */
     public void holdTraining(io.swarmrl.v1.HoldTrainingRequest request,
@@ -726,9 +731,14 @@ public final class AdminServiceGrpc {
     /**
      * <pre>
      * Holds a model's training: no optimizer step starts until the holder calls
-     * ReleaseTraining. A step in progress finishes, and its weights are served,
-     * before this returns; generation goes on at the returned policy version, so
-     * an evaluation played while the hold lasts plays that one version.
+     * ReleaseTraining or the hold lapses. A step in progress finishes, and its
+     * weights are served, before this returns; generation goes on at the returned
+     * policy version, so an evaluation played while the hold lasts plays that one
+     * version. A hold is a lease: it lasts as long as the holder's session (or, held
+     * without a session, for a TTL that holding again renews); when it lapses,
+     * training goes on. Holding again by the same holder never takes a second hold:
+     * it re-binds the first to the new session or lease. Holds live in the server's
+     * memory: a restarted server holds nothing.
      * </pre>
      */
     public void holdTraining(io.swarmrl.v1.HoldTrainingRequest request,
@@ -876,9 +886,14 @@ public final class AdminServiceGrpc {
     /**
      * <pre>
      * Holds a model's training: no optimizer step starts until the holder calls
-     * ReleaseTraining. A step in progress finishes, and its weights are served,
-     * before this returns; generation goes on at the returned policy version, so
-     * an evaluation played while the hold lasts plays that one version.
+     * ReleaseTraining or the hold lapses. A step in progress finishes, and its
+     * weights are served, before this returns; generation goes on at the returned
+     * policy version, so an evaluation played while the hold lasts plays that one
+     * version. A hold is a lease: it lasts as long as the holder's session (or, held
+     * without a session, for a TTL that holding again renews); when it lapses,
+     * training goes on. Holding again by the same holder never takes a second hold:
+     * it re-binds the first to the new session or lease. Holds live in the server's
+     * memory: a restarted server holds nothing.
      * </pre>
      */
     public io.swarmrl.v1.HoldTrainingResponse holdTraining(io.swarmrl.v1.HoldTrainingRequest request) {
@@ -1027,9 +1042,14 @@ public final class AdminServiceGrpc {
     /**
      * <pre>
      * Holds a model's training: no optimizer step starts until the holder calls
-     * ReleaseTraining. A step in progress finishes, and its weights are served,
-     * before this returns; generation goes on at the returned policy version, so
-     * an evaluation played while the hold lasts plays that one version.
+     * ReleaseTraining or the hold lapses. A step in progress finishes, and its
+     * weights are served, before this returns; generation goes on at the returned
+     * policy version, so an evaluation played while the hold lasts plays that one
+     * version. A hold is a lease: it lasts as long as the holder's session (or, held
+     * without a session, for a TTL that holding again renews); when it lapses,
+     * training goes on. Holding again by the same holder never takes a second hold:
+     * it re-binds the first to the new session or lease. Holds live in the server's
+     * memory: a restarted server holds nothing.
      * </pre>
      */
     public com.google.common.util.concurrent.ListenableFuture<io.swarmrl.v1.HoldTrainingResponse> holdTraining(

@@ -85,6 +85,11 @@ public final class AdminServiceProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_swarmrl_v1_HoldTrainingResponse_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_swarmrl_v1_TrainingHold_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_swarmrl_v1_TrainingHold_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_swarmrl_v1_ReleaseTrainingRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -189,17 +194,19 @@ public final class AdminServiceProto {
   static {
     java.lang.String[] descriptorData = {
       "\n\036swarmrl/v1/admin_service.proto\022\nswarmr" +
-      "l.v1\032\037google/protobuf/timestamp.proto\032\026s" +
-      "warmrl/v1/types.proto\"\022\n\020GetStatusReques" +
-      "t\"\306\002\n\021GetStatusResponse\022\'\n\017server_instan" +
-      "ce\030\001 \001(\tR\016serverInstance\022\032\n\010sessions\030\002 \001" +
-      "(\005R\010sessions\022#\n\ropen_episodes\030\003 \001(\005R\014ope" +
-      "nEpisodes\022%\n\016ended_episodes\030\004 \001(\003R\rended" +
-      "Episodes\022)\n\020aborted_episodes\030\005 \001(\003R\017abor" +
-      "tedEpisodes\022\026\n\006paused\030\006 \001(\010R\006paused\022-\n\006m" +
-      "odels\030\007 \003(\0132\025.swarmrl.v1.ModelInfoR\006mode" +
-      "ls\022.\n\023last_event_sequence\030\010 \001(\004R\021lastEve" +
-      "ntSequence\"\023\n\021ListModelsRequest\"C\n\022ListM" +
+      "l.v1\032\036google/protobuf/duration.proto\032\037go" +
+      "ogle/protobuf/timestamp.proto\032\026swarmrl/v" +
+      "1/types.proto\"\022\n\020GetStatusRequest\"\366\002\n\021Ge" +
+      "tStatusResponse\022\'\n\017server_instance\030\001 \001(\t" +
+      "R\016serverInstance\022\032\n\010sessions\030\002 \001(\005R\010sess" +
+      "ions\022#\n\ropen_episodes\030\003 \001(\005R\014openEpisode" +
+      "s\022%\n\016ended_episodes\030\004 \001(\003R\rendedEpisodes" +
+      "\022)\n\020aborted_episodes\030\005 \001(\003R\017abortedEpiso" +
+      "des\022\026\n\006paused\030\006 \001(\010R\006paused\022-\n\006models\030\007 " +
+      "\003(\0132\025.swarmrl.v1.ModelInfoR\006models\022.\n\023la" +
+      "st_event_sequence\030\010 \001(\004R\021lastEventSequen" +
+      "ce\022.\n\005holds\030\t \003(\0132\030.swarmrl.v1.TrainingH" +
+      "oldR\005holds\"\023\n\021ListModelsRequest\"C\n\022ListM" +
       "odelsResponse\022-\n\006models\030\001 \003(\0132\025.swarmrl." +
       "v1.ModelInfoR\006models\"0\n\026PauseGenerationR" +
       "equest\022\026\n\006reason\030\001 \001(\tR\006reason\"\031\n\027PauseG" +
@@ -209,117 +216,129 @@ public final class AdminServiceProto {
       ".\n\026SaveCheckpointResponse\022\024\n\005paths\030\001 \003(\t" +
       "R\005paths\"C\n\027DeleteCheckpointRequest\022\024\n\005mo" +
       "del\030\001 \001(\tR\005model\022\022\n\004path\030\002 \001(\tR\004path\"\032\n\030" +
-      "DeleteCheckpointResponse\"[\n\023HoldTraining" +
-      "Request\022\024\n\005model\030\001 \001(\tR\005model\022\026\n\006holder\030" +
-      "\002 \001(\tR\006holder\022\026\n\006reason\030\003 \001(\tR\006reason\"g\n" +
-      "\024HoldTrainingResponse\022\024\n\005model\030\001 \001(\tR\005mo" +
-      "del\022%\n\016policy_version\030\002 \001(\003R\rpolicyVersi" +
-      "on\022\022\n\004step\030\003 \001(\003R\004step\"F\n\026ReleaseTrainin" +
+      "DeleteCheckpointResponse\"\253\001\n\023HoldTrainin" +
       "gRequest\022\024\n\005model\030\001 \001(\tR\005model\022\026\n\006holder" +
-      "\030\002 \001(\tR\006holder\"\031\n\027ReleaseTrainingRespons" +
-      "e\"D\n\030RestoreCheckpointRequest\022\024\n\005model\030\001" +
-      " \001(\tR\005model\022\022\n\004path\030\002 \001(\tR\004path\"\201\001\n\031Rest" +
-      "oreCheckpointResponse\022\024\n\005model\030\001 \001(\tR\005mo" +
-      "del\022%\n\016policy_version\030\002 \001(\003R\rpolicyVersi" +
-      "on\022\'\n\017checkpoint_step\030\003 \001(\003R\016checkpointS" +
-      "tep\"\024\n\022ListClientsRequest\"\214\001\n\023ListClient" +
-      "sResponse\0220\n\007clients\030\001 \003(\0132\026.swarmrl.v1." +
-      "ClientInfoR\007clients\022C\n\016agent_versions\030\002 " +
-      "\003(\0132\034.swarmrl.v1.AgentVersionInfoR\ragent" +
-      "Versions\"\224\003\n\nClientInfo\022\035\n\nsession_id\030\001 " +
-      "\001(\tR\tsessionId\022\037\n\013client_name\030\002 \001(\tR\ncli" +
-      "entName\022#\n\ragent_version\030\003 \001(\tR\014agentVer" +
-      "sion\0224\n\026episode_agent_versions\030\004 \003(\tR\024ep" +
-      "isodeAgentVersions\022\024\n\005tasks\030\005 \003(\tR\005tasks" +
-      "\022\026\n\006models\030\006 \003(\tR\006models\022#\n\ropen_episode" +
-      "s\030\007 \001(\005R\014openEpisodes\022%\n\016ended_episodes\030" +
-      "\010 \001(\003R\rendedEpisodes\022)\n\020aborted_episodes" +
-      "\030\t \001(\003R\017abortedEpisodes\022F\n\021lease_expire_" +
-      "time\030\n \001(\0132\032.google.protobuf.TimestampR\017" +
-      "leaseExpireTime\"\374\001\n\020AgentVersionInfo\022#\n\r" +
-      "agent_version\030\001 \001(\tR\014agentVersion\022#\n\rope" +
-      "n_episodes\030\002 \001(\005R\014openEpisodes\022%\n\016ended_" +
-      "episodes\030\003 \001(\003R\rendedEpisodes\022)\n\020aborted" +
-      "_episodes\030\004 \001(\003R\017abortedEpisodes\022+\n\021cons" +
-      "umed_episodes\030\005 \001(\003R\020consumedEpisodes\022\037\n" +
-      "\013mean_reward\030\006 \001(\001R\nmeanReward\"\030\n\026GetLiv" +
-      "eSnapshotRequest\"O\n\027GetLiveSnapshotRespo" +
-      "nse\0224\n\010snapshot\030\001 \001(\0132\030.swarmrl.v1.LiveS" +
-      "napshotR\010snapshot\"\206\003\n\014LiveSnapshot\022\'\n\017se" +
-      "rver_instance\030\001 \001(\tR\016serverInstance\022\022\n\004t" +
-      "ime\030\002 \001(\001R\004time\022\026\n\006paused\030\003 \001(\tR\006paused\022" +
-      "\032\n\010sessions\030\004 \001(\005R\010sessions\0229\n\010episodes\030" +
-      "\005 \001(\0132\035.swarmrl.v1.LiveEpisodeCountsR\010ep" +
-      "isodes\022.\n\006totals\030\006 \001(\0132\026.swarmrl.v1.Live" +
-      "TotalsR\006totals\022-\n\006models\030\007 \003(\0132\025.swarmrl" +
-      ".v1.LiveModelR\006models\022<\n\ropen_episodes\030\010" +
-      " \003(\0132\027.swarmrl.v1.LiveEpisodeR\014openEpiso" +
-      "des\022-\n\006errors\030\t \003(\0132\025.swarmrl.v1.LiveErr" +
-      "orR\006errors\"W\n\021LiveEpisodeCounts\022\022\n\004open\030" +
-      "\001 \001(\005R\004open\022\024\n\005ended\030\002 \001(\001R\005ended\022\030\n\007abo" +
-      "rted\030\003 \001(\001R\007aborted\"t\n\nLiveTotals\022\024\n\005cal" +
-      "ls\030\001 \001(\001R\005calls\022#\n\rprompt_tokens\030\002 \001(\001R\014" +
-      "promptTokens\022+\n\021completion_tokens\030\003 \001(\001R" +
-      "\020completionTokens\"\261\002\n\tLiveModel\022\022\n\004name\030" +
-      "\001 \001(\tR\004name\022%\n\016policy_version\030\002 \001(\005R\rpol" +
-      "icyVersion\022\034\n\ttrainable\030\003 \001(\010R\ttrainable" +
-      "\022\032\n\010inflight\030\004 \001(\005R\010inflight\022*\n\016engine_w" +
-      "aiting\030\005 \001(\005H\000R\rengineWaiting\210\001\001\022*\n\016engi" +
-      "ne_running\030\006 \001(\005H\001R\rengineRunning\210\001\001\0221\n\007" +
-      "trainer\030\007 \001(\0132\027.swarmrl.v1.LiveTrainerR\007" +
-      "trainerB\021\n\017_engine_waitingB\021\n\017_engine_ru" +
-      "nning\"\223\003\n\013LiveTrainer\022\022\n\004step\030\001 \001(\005R\004ste" +
-      "p\022\033\n\tmax_steps\030\002 \001(\005R\010maxSteps\022%\n\016policy" +
-      "_version\030\003 \001(\005R\rpolicyVersion\022\030\n\007pending" +
-      "\030\004 \001(\005R\007pending\022\024\n\005error\030\005 \001(\tR\005error\022\035\n" +
-      "\nbatch_rule\030\006 \001(\tR\tbatchRule\022\035\n\nbatch_si" +
-      "ze\030\007 \001(\005R\tbatchSize\022\035\n\ngroup_size\030\010 \001(\005R" +
-      "\tgroupSize\022/\n\005tasks\030\t \003(\0132\031.swarmrl.v1.L" +
-      "iveTaskQueueR\005tasks\0225\n\004last\030\n \003(\0132!.swar" +
-      "mrl.v1.LiveTrainer.LastEntryR\004last\0327\n\tLa" +
-      "stEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\001" +
-      "R\005value:\0028\001\"B\n\rLiveTaskQueue\022\027\n\007task_id\030" +
-      "\001 \001(\tR\006taskId\022\030\n\007pending\030\002 \001(\005R\007pending\"" +
-      "\343\001\n\013LiveEpisode\022\035\n\nepisode_id\030\001 \001(\tR\tepi" +
-      "sodeId\022\027\n\007task_id\030\002 \001(\tR\006taskId\022#\n\ragent" +
-      "_version\030\003 \001(\tR\014agentVersion\022\026\n\006models\030\004" +
-      " \003(\tR\006models\022\035\n\nsession_id\030\005 \001(\tR\tsessio" +
-      "nId\022\024\n\005calls\030\006 \001(\005R\005calls\022\025\n\006idle_s\030\007 \001(" +
-      "\001R\005idleS\022\023\n\005age_s\030\010 \001(\001R\004ageS\"y\n\tLiveErr" +
-      "or\022\022\n\004time\030\001 \001(\001R\004time\022\022\n\004door\030\002 \001(\tR\004do" +
-      "or\022\026\n\006method\030\003 \001(\tR\006method\022\022\n\004code\030\004 \001(\t" +
-      "R\004code\022\030\n\007message\030\005 \001(\tR\007message2\214\010\n\014Adm" +
-      "inService\022M\n\tGetStatus\022\034.swarmrl.v1.GetS" +
-      "tatusRequest\032\035.swarmrl.v1.GetStatusRespo" +
-      "nse\"\003\220\002\001\022P\n\nListModels\022\035.swarmrl.v1.List" +
-      "ModelsRequest\032\036.swarmrl.v1.ListModelsRes" +
-      "ponse\"\003\220\002\001\022_\n\017PauseGeneration\022\".swarmrl." +
-      "v1.PauseGenerationRequest\032#.swarmrl.v1.P" +
-      "auseGenerationResponse\"\003\220\002\002\022b\n\020ResumeGen" +
-      "eration\022#.swarmrl.v1.ResumeGenerationReq" +
-      "uest\032$.swarmrl.v1.ResumeGenerationRespon" +
-      "se\"\003\220\002\002\022\\\n\016SaveCheckpoint\022!.swarmrl.v1.S" +
-      "aveCheckpointRequest\032\".swarmrl.v1.SaveCh" +
-      "eckpointResponse\"\003\220\002\002\022b\n\020DeleteCheckpoin" +
-      "t\022#.swarmrl.v1.DeleteCheckpointRequest\032$" +
-      ".swarmrl.v1.DeleteCheckpointResponse\"\003\220\002" +
-      "\002\022V\n\014HoldTraining\022\037.swarmrl.v1.HoldTrain" +
-      "ingRequest\032 .swarmrl.v1.HoldTrainingResp" +
-      "onse\"\003\220\002\002\022_\n\017ReleaseTraining\022\".swarmrl.v" +
-      "1.ReleaseTrainingRequest\032#.swarmrl.v1.Re" +
-      "leaseTrainingResponse\"\003\220\002\002\022e\n\021RestoreChe" +
-      "ckpoint\022$.swarmrl.v1.RestoreCheckpointRe" +
-      "quest\032%.swarmrl.v1.RestoreCheckpointResp" +
-      "onse\"\003\220\002\002\022S\n\013ListClients\022\036.swarmrl.v1.Li" +
-      "stClientsRequest\032\037.swarmrl.v1.ListClient" +
-      "sResponse\"\003\220\002\001\022_\n\017GetLiveSnapshot\022\".swar" +
-      "mrl.v1.GetLiveSnapshotRequest\032#.swarmrl." +
-      "v1.GetLiveSnapshotResponse\"\003\220\002\001B$\n\rio.sw" +
-      "armrl.v1B\021AdminServiceProtoP\001b\006proto3"
+      "\030\002 \001(\tR\006holder\022\026\n\006reason\030\003 \001(\tR\006reason\022\035" +
+      "\n\nsession_id\030\004 \001(\tR\tsessionId\022/\n\005lease\030\005" +
+      " \001(\0132\031.google.protobuf.DurationR\005lease\"\225" +
+      "\001\n\024HoldTrainingResponse\022\024\n\005model\030\001 \001(\tR\005" +
+      "model\022%\n\016policy_version\030\002 \001(\003R\rpolicyVer" +
+      "sion\022\022\n\004step\030\003 \001(\003R\004step\022,\n\004hold\030\004 \001(\0132\030" +
+      ".swarmrl.v1.TrainingHoldR\004hold\"\241\002\n\014Train" +
+      "ingHold\022\024\n\005model\030\001 \001(\tR\005model\022\026\n\006holder\030" +
+      "\002 \001(\tR\006holder\022\026\n\006reason\030\003 \001(\tR\006reason\022\035\n" +
+      "\nsession_id\030\004 \001(\tR\tsessionId\0227\n\thold_tim" +
+      "e\030\005 \001(\0132\032.google.protobuf.TimestampR\010hol" +
+      "dTime\022+\n\003age\030\006 \001(\0132\031.google.protobuf.Dur" +
+      "ationR\003age\022F\n\021lease_expire_time\030\007 \001(\0132\032." +
+      "google.protobuf.TimestampR\017leaseExpireTi" +
+      "me\"F\n\026ReleaseTrainingRequest\022\024\n\005model\030\001 " +
+      "\001(\tR\005model\022\026\n\006holder\030\002 \001(\tR\006holder\"\031\n\027Re" +
+      "leaseTrainingResponse\"D\n\030RestoreCheckpoi" +
+      "ntRequest\022\024\n\005model\030\001 \001(\tR\005model\022\022\n\004path\030" +
+      "\002 \001(\tR\004path\"\201\001\n\031RestoreCheckpointRespons" +
+      "e\022\024\n\005model\030\001 \001(\tR\005model\022%\n\016policy_versio" +
+      "n\030\002 \001(\003R\rpolicyVersion\022\'\n\017checkpoint_ste" +
+      "p\030\003 \001(\003R\016checkpointStep\"\024\n\022ListClientsRe" +
+      "quest\"\214\001\n\023ListClientsResponse\0220\n\007clients" +
+      "\030\001 \003(\0132\026.swarmrl.v1.ClientInfoR\007clients\022" +
+      "C\n\016agent_versions\030\002 \003(\0132\034.swarmrl.v1.Age" +
+      "ntVersionInfoR\ragentVersions\"\224\003\n\nClientI" +
+      "nfo\022\035\n\nsession_id\030\001 \001(\tR\tsessionId\022\037\n\013cl" +
+      "ient_name\030\002 \001(\tR\nclientName\022#\n\ragent_ver" +
+      "sion\030\003 \001(\tR\014agentVersion\0224\n\026episode_agen" +
+      "t_versions\030\004 \003(\tR\024episodeAgentVersions\022\024" +
+      "\n\005tasks\030\005 \003(\tR\005tasks\022\026\n\006models\030\006 \003(\tR\006mo" +
+      "dels\022#\n\ropen_episodes\030\007 \001(\005R\014openEpisode" +
+      "s\022%\n\016ended_episodes\030\010 \001(\003R\rendedEpisodes" +
+      "\022)\n\020aborted_episodes\030\t \001(\003R\017abortedEpiso" +
+      "des\022F\n\021lease_expire_time\030\n \001(\0132\032.google." +
+      "protobuf.TimestampR\017leaseExpireTime\"\374\001\n\020" +
+      "AgentVersionInfo\022#\n\ragent_version\030\001 \001(\tR" +
+      "\014agentVersion\022#\n\ropen_episodes\030\002 \001(\005R\014op" +
+      "enEpisodes\022%\n\016ended_episodes\030\003 \001(\003R\rende" +
+      "dEpisodes\022)\n\020aborted_episodes\030\004 \001(\003R\017abo" +
+      "rtedEpisodes\022+\n\021consumed_episodes\030\005 \001(\003R" +
+      "\020consumedEpisodes\022\037\n\013mean_reward\030\006 \001(\001R\n" +
+      "meanReward\"\030\n\026GetLiveSnapshotRequest\"O\n\027" +
+      "GetLiveSnapshotResponse\0224\n\010snapshot\030\001 \001(" +
+      "\0132\030.swarmrl.v1.LiveSnapshotR\010snapshot\"\206\003" +
+      "\n\014LiveSnapshot\022\'\n\017server_instance\030\001 \001(\tR" +
+      "\016serverInstance\022\022\n\004time\030\002 \001(\001R\004time\022\026\n\006p" +
+      "aused\030\003 \001(\tR\006paused\022\032\n\010sessions\030\004 \001(\005R\010s" +
+      "essions\0229\n\010episodes\030\005 \001(\0132\035.swarmrl.v1.L" +
+      "iveEpisodeCountsR\010episodes\022.\n\006totals\030\006 \001" +
+      "(\0132\026.swarmrl.v1.LiveTotalsR\006totals\022-\n\006mo" +
+      "dels\030\007 \003(\0132\025.swarmrl.v1.LiveModelR\006model" +
+      "s\022<\n\ropen_episodes\030\010 \003(\0132\027.swarmrl.v1.Li" +
+      "veEpisodeR\014openEpisodes\022-\n\006errors\030\t \003(\0132" +
+      "\025.swarmrl.v1.LiveErrorR\006errors\"W\n\021LiveEp" +
+      "isodeCounts\022\022\n\004open\030\001 \001(\005R\004open\022\024\n\005ended" +
+      "\030\002 \001(\001R\005ended\022\030\n\007aborted\030\003 \001(\001R\007aborted\"" +
+      "t\n\nLiveTotals\022\024\n\005calls\030\001 \001(\001R\005calls\022#\n\rp" +
+      "rompt_tokens\030\002 \001(\001R\014promptTokens\022+\n\021comp" +
+      "letion_tokens\030\003 \001(\001R\020completionTokens\"\261\002" +
+      "\n\tLiveModel\022\022\n\004name\030\001 \001(\tR\004name\022%\n\016polic" +
+      "y_version\030\002 \001(\005R\rpolicyVersion\022\034\n\ttraina" +
+      "ble\030\003 \001(\010R\ttrainable\022\032\n\010inflight\030\004 \001(\005R\010" +
+      "inflight\022*\n\016engine_waiting\030\005 \001(\005H\000R\rengi" +
+      "neWaiting\210\001\001\022*\n\016engine_running\030\006 \001(\005H\001R\r" +
+      "engineRunning\210\001\001\0221\n\007trainer\030\007 \001(\0132\027.swar" +
+      "mrl.v1.LiveTrainerR\007trainerB\021\n\017_engine_w" +
+      "aitingB\021\n\017_engine_running\"\223\003\n\013LiveTraine" +
+      "r\022\022\n\004step\030\001 \001(\005R\004step\022\033\n\tmax_steps\030\002 \001(\005" +
+      "R\010maxSteps\022%\n\016policy_version\030\003 \001(\005R\rpoli" +
+      "cyVersion\022\030\n\007pending\030\004 \001(\005R\007pending\022\024\n\005e" +
+      "rror\030\005 \001(\tR\005error\022\035\n\nbatch_rule\030\006 \001(\tR\tb" +
+      "atchRule\022\035\n\nbatch_size\030\007 \001(\005R\tbatchSize\022" +
+      "\035\n\ngroup_size\030\010 \001(\005R\tgroupSize\022/\n\005tasks\030" +
+      "\t \003(\0132\031.swarmrl.v1.LiveTaskQueueR\005tasks\022" +
+      "5\n\004last\030\n \003(\0132!.swarmrl.v1.LiveTrainer.L" +
+      "astEntryR\004last\0327\n\tLastEntry\022\020\n\003key\030\001 \001(\t" +
+      "R\003key\022\024\n\005value\030\002 \001(\001R\005value:\0028\001\"B\n\rLiveT" +
+      "askQueue\022\027\n\007task_id\030\001 \001(\tR\006taskId\022\030\n\007pen" +
+      "ding\030\002 \001(\005R\007pending\"\343\001\n\013LiveEpisode\022\035\n\ne" +
+      "pisode_id\030\001 \001(\tR\tepisodeId\022\027\n\007task_id\030\002 " +
+      "\001(\tR\006taskId\022#\n\ragent_version\030\003 \001(\tR\014agen" +
+      "tVersion\022\026\n\006models\030\004 \003(\tR\006models\022\035\n\nsess" +
+      "ion_id\030\005 \001(\tR\tsessionId\022\024\n\005calls\030\006 \001(\005R\005" +
+      "calls\022\025\n\006idle_s\030\007 \001(\001R\005idleS\022\023\n\005age_s\030\010 " +
+      "\001(\001R\004ageS\"y\n\tLiveError\022\022\n\004time\030\001 \001(\001R\004ti" +
+      "me\022\022\n\004door\030\002 \001(\tR\004door\022\026\n\006method\030\003 \001(\tR\006" +
+      "method\022\022\n\004code\030\004 \001(\tR\004code\022\030\n\007message\030\005 " +
+      "\001(\tR\007message2\214\010\n\014AdminService\022M\n\tGetStat" +
+      "us\022\034.swarmrl.v1.GetStatusRequest\032\035.swarm" +
+      "rl.v1.GetStatusResponse\"\003\220\002\001\022P\n\nListMode" +
+      "ls\022\035.swarmrl.v1.ListModelsRequest\032\036.swar" +
+      "mrl.v1.ListModelsResponse\"\003\220\002\001\022_\n\017PauseG" +
+      "eneration\022\".swarmrl.v1.PauseGenerationRe" +
+      "quest\032#.swarmrl.v1.PauseGenerationRespon" +
+      "se\"\003\220\002\002\022b\n\020ResumeGeneration\022#.swarmrl.v1" +
+      ".ResumeGenerationRequest\032$.swarmrl.v1.Re" +
+      "sumeGenerationResponse\"\003\220\002\002\022\\\n\016SaveCheck" +
+      "point\022!.swarmrl.v1.SaveCheckpointRequest" +
+      "\032\".swarmrl.v1.SaveCheckpointResponse\"\003\220\002" +
+      "\002\022b\n\020DeleteCheckpoint\022#.swarmrl.v1.Delet" +
+      "eCheckpointRequest\032$.swarmrl.v1.DeleteCh" +
+      "eckpointResponse\"\003\220\002\002\022V\n\014HoldTraining\022\037." +
+      "swarmrl.v1.HoldTrainingRequest\032 .swarmrl" +
+      ".v1.HoldTrainingResponse\"\003\220\002\002\022_\n\017Release" +
+      "Training\022\".swarmrl.v1.ReleaseTrainingReq" +
+      "uest\032#.swarmrl.v1.ReleaseTrainingRespons" +
+      "e\"\003\220\002\002\022e\n\021RestoreCheckpoint\022$.swarmrl.v1" +
+      ".RestoreCheckpointRequest\032%.swarmrl.v1.R" +
+      "estoreCheckpointResponse\"\003\220\002\002\022S\n\013ListCli" +
+      "ents\022\036.swarmrl.v1.ListClientsRequest\032\037.s" +
+      "warmrl.v1.ListClientsResponse\"\003\220\002\001\022_\n\017Ge" +
+      "tLiveSnapshot\022\".swarmrl.v1.GetLiveSnapsh" +
+      "otRequest\032#.swarmrl.v1.GetLiveSnapshotRe" +
+      "sponse\"\003\220\002\001B$\n\rio.swarmrl.v1B\021AdminServi" +
+      "ceProtoP\001b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
         new com.google.protobuf.Descriptors.FileDescriptor[] {
+          com.google.protobuf.DurationProto.getDescriptor(),
           com.google.protobuf.TimestampProto.getDescriptor(),
           io.swarmrl.v1.TypesProto.getDescriptor(),
         });
@@ -334,7 +353,7 @@ public final class AdminServiceProto {
     internal_static_swarmrl_v1_GetStatusResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_GetStatusResponse_descriptor,
-        new java.lang.String[] { "ServerInstance", "Sessions", "OpenEpisodes", "EndedEpisodes", "AbortedEpisodes", "Paused", "Models", "LastEventSequence", });
+        new java.lang.String[] { "ServerInstance", "Sessions", "OpenEpisodes", "EndedEpisodes", "AbortedEpisodes", "Paused", "Models", "LastEventSequence", "Holds", });
     internal_static_swarmrl_v1_ListModelsRequest_descriptor =
       getDescriptor().getMessageTypes().get(2);
     internal_static_swarmrl_v1_ListModelsRequest_fieldAccessorTable = new
@@ -400,99 +419,105 @@ public final class AdminServiceProto {
     internal_static_swarmrl_v1_HoldTrainingRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_HoldTrainingRequest_descriptor,
-        new java.lang.String[] { "Model", "Holder", "Reason", });
+        new java.lang.String[] { "Model", "Holder", "Reason", "SessionId", "Lease", });
     internal_static_swarmrl_v1_HoldTrainingResponse_descriptor =
       getDescriptor().getMessageTypes().get(13);
     internal_static_swarmrl_v1_HoldTrainingResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_HoldTrainingResponse_descriptor,
-        new java.lang.String[] { "Model", "PolicyVersion", "Step", });
-    internal_static_swarmrl_v1_ReleaseTrainingRequest_descriptor =
+        new java.lang.String[] { "Model", "PolicyVersion", "Step", "Hold", });
+    internal_static_swarmrl_v1_TrainingHold_descriptor =
       getDescriptor().getMessageTypes().get(14);
+    internal_static_swarmrl_v1_TrainingHold_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_swarmrl_v1_TrainingHold_descriptor,
+        new java.lang.String[] { "Model", "Holder", "Reason", "SessionId", "HoldTime", "Age", "LeaseExpireTime", });
+    internal_static_swarmrl_v1_ReleaseTrainingRequest_descriptor =
+      getDescriptor().getMessageTypes().get(15);
     internal_static_swarmrl_v1_ReleaseTrainingRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ReleaseTrainingRequest_descriptor,
         new java.lang.String[] { "Model", "Holder", });
     internal_static_swarmrl_v1_ReleaseTrainingResponse_descriptor =
-      getDescriptor().getMessageTypes().get(15);
+      getDescriptor().getMessageTypes().get(16);
     internal_static_swarmrl_v1_ReleaseTrainingResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ReleaseTrainingResponse_descriptor,
         new java.lang.String[] { });
     internal_static_swarmrl_v1_RestoreCheckpointRequest_descriptor =
-      getDescriptor().getMessageTypes().get(16);
+      getDescriptor().getMessageTypes().get(17);
     internal_static_swarmrl_v1_RestoreCheckpointRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_RestoreCheckpointRequest_descriptor,
         new java.lang.String[] { "Model", "Path", });
     internal_static_swarmrl_v1_RestoreCheckpointResponse_descriptor =
-      getDescriptor().getMessageTypes().get(17);
+      getDescriptor().getMessageTypes().get(18);
     internal_static_swarmrl_v1_RestoreCheckpointResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_RestoreCheckpointResponse_descriptor,
         new java.lang.String[] { "Model", "PolicyVersion", "CheckpointStep", });
     internal_static_swarmrl_v1_ListClientsRequest_descriptor =
-      getDescriptor().getMessageTypes().get(18);
+      getDescriptor().getMessageTypes().get(19);
     internal_static_swarmrl_v1_ListClientsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ListClientsRequest_descriptor,
         new java.lang.String[] { });
     internal_static_swarmrl_v1_ListClientsResponse_descriptor =
-      getDescriptor().getMessageTypes().get(19);
+      getDescriptor().getMessageTypes().get(20);
     internal_static_swarmrl_v1_ListClientsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ListClientsResponse_descriptor,
         new java.lang.String[] { "Clients", "AgentVersions", });
     internal_static_swarmrl_v1_ClientInfo_descriptor =
-      getDescriptor().getMessageTypes().get(20);
+      getDescriptor().getMessageTypes().get(21);
     internal_static_swarmrl_v1_ClientInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_ClientInfo_descriptor,
         new java.lang.String[] { "SessionId", "ClientName", "AgentVersion", "EpisodeAgentVersions", "Tasks", "Models", "OpenEpisodes", "EndedEpisodes", "AbortedEpisodes", "LeaseExpireTime", });
     internal_static_swarmrl_v1_AgentVersionInfo_descriptor =
-      getDescriptor().getMessageTypes().get(21);
+      getDescriptor().getMessageTypes().get(22);
     internal_static_swarmrl_v1_AgentVersionInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_AgentVersionInfo_descriptor,
         new java.lang.String[] { "AgentVersion", "OpenEpisodes", "EndedEpisodes", "AbortedEpisodes", "ConsumedEpisodes", "MeanReward", });
     internal_static_swarmrl_v1_GetLiveSnapshotRequest_descriptor =
-      getDescriptor().getMessageTypes().get(22);
+      getDescriptor().getMessageTypes().get(23);
     internal_static_swarmrl_v1_GetLiveSnapshotRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_GetLiveSnapshotRequest_descriptor,
         new java.lang.String[] { });
     internal_static_swarmrl_v1_GetLiveSnapshotResponse_descriptor =
-      getDescriptor().getMessageTypes().get(23);
+      getDescriptor().getMessageTypes().get(24);
     internal_static_swarmrl_v1_GetLiveSnapshotResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_GetLiveSnapshotResponse_descriptor,
         new java.lang.String[] { "Snapshot", });
     internal_static_swarmrl_v1_LiveSnapshot_descriptor =
-      getDescriptor().getMessageTypes().get(24);
+      getDescriptor().getMessageTypes().get(25);
     internal_static_swarmrl_v1_LiveSnapshot_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveSnapshot_descriptor,
         new java.lang.String[] { "ServerInstance", "Time", "Paused", "Sessions", "Episodes", "Totals", "Models", "OpenEpisodes", "Errors", });
     internal_static_swarmrl_v1_LiveEpisodeCounts_descriptor =
-      getDescriptor().getMessageTypes().get(25);
+      getDescriptor().getMessageTypes().get(26);
     internal_static_swarmrl_v1_LiveEpisodeCounts_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveEpisodeCounts_descriptor,
         new java.lang.String[] { "Open", "Ended", "Aborted", });
     internal_static_swarmrl_v1_LiveTotals_descriptor =
-      getDescriptor().getMessageTypes().get(26);
+      getDescriptor().getMessageTypes().get(27);
     internal_static_swarmrl_v1_LiveTotals_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveTotals_descriptor,
         new java.lang.String[] { "Calls", "PromptTokens", "CompletionTokens", });
     internal_static_swarmrl_v1_LiveModel_descriptor =
-      getDescriptor().getMessageTypes().get(27);
+      getDescriptor().getMessageTypes().get(28);
     internal_static_swarmrl_v1_LiveModel_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveModel_descriptor,
         new java.lang.String[] { "Name", "PolicyVersion", "Trainable", "Inflight", "EngineWaiting", "EngineRunning", "Trainer", "EngineWaiting", "EngineRunning", });
     internal_static_swarmrl_v1_LiveTrainer_descriptor =
-      getDescriptor().getMessageTypes().get(28);
+      getDescriptor().getMessageTypes().get(29);
     internal_static_swarmrl_v1_LiveTrainer_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveTrainer_descriptor,
@@ -504,23 +529,24 @@ public final class AdminServiceProto {
         internal_static_swarmrl_v1_LiveTrainer_LastEntry_descriptor,
         new java.lang.String[] { "Key", "Value", });
     internal_static_swarmrl_v1_LiveTaskQueue_descriptor =
-      getDescriptor().getMessageTypes().get(29);
+      getDescriptor().getMessageTypes().get(30);
     internal_static_swarmrl_v1_LiveTaskQueue_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveTaskQueue_descriptor,
         new java.lang.String[] { "TaskId", "Pending", });
     internal_static_swarmrl_v1_LiveEpisode_descriptor =
-      getDescriptor().getMessageTypes().get(30);
+      getDescriptor().getMessageTypes().get(31);
     internal_static_swarmrl_v1_LiveEpisode_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveEpisode_descriptor,
         new java.lang.String[] { "EpisodeId", "TaskId", "AgentVersion", "Models", "SessionId", "Calls", "IdleS", "AgeS", });
     internal_static_swarmrl_v1_LiveError_descriptor =
-      getDescriptor().getMessageTypes().get(31);
+      getDescriptor().getMessageTypes().get(32);
     internal_static_swarmrl_v1_LiveError_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_swarmrl_v1_LiveError_descriptor,
         new java.lang.String[] { "Time", "Door", "Method", "Code", "Message", });
+    com.google.protobuf.DurationProto.getDescriptor();
     com.google.protobuf.TimestampProto.getDescriptor();
     io.swarmrl.v1.TypesProto.getDescriptor();
   }

@@ -22,6 +22,7 @@ private static final long serialVersionUID = 0L;
   private GetStatusResponse() {
     serverInstance_ = "";
     models_ = java.util.Collections.emptyList();
+    holds_ = java.util.Collections.emptyList();
   }
 
   @java.lang.Override
@@ -247,6 +248,67 @@ private static final long serialVersionUID = 0L;
     return lastEventSequence_;
   }
 
+  public static final int HOLDS_FIELD_NUMBER = 9;
+  @SuppressWarnings("serial")
+  private java.util.List<io.swarmrl.v1.TrainingHold> holds_;
+  /**
+   * <pre>
+   * Holds of training now (HoldTraining), by model, the oldest first.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<io.swarmrl.v1.TrainingHold> getHoldsList() {
+    return holds_;
+  }
+  /**
+   * <pre>
+   * Holds of training now (HoldTraining), by model, the oldest first.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<? extends io.swarmrl.v1.TrainingHoldOrBuilder> 
+      getHoldsOrBuilderList() {
+    return holds_;
+  }
+  /**
+   * <pre>
+   * Holds of training now (HoldTraining), by model, the oldest first.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+   */
+  @java.lang.Override
+  public int getHoldsCount() {
+    return holds_.size();
+  }
+  /**
+   * <pre>
+   * Holds of training now (HoldTraining), by model, the oldest first.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+   */
+  @java.lang.Override
+  public io.swarmrl.v1.TrainingHold getHolds(int index) {
+    return holds_.get(index);
+  }
+  /**
+   * <pre>
+   * Holds of training now (HoldTraining), by model, the oldest first.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+   */
+  @java.lang.Override
+  public io.swarmrl.v1.TrainingHoldOrBuilder getHoldsOrBuilder(
+      int index) {
+    return holds_.get(index);
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -284,6 +346,9 @@ private static final long serialVersionUID = 0L;
     }
     if (lastEventSequence_ != 0L) {
       output.writeUInt64(8, lastEventSequence_);
+    }
+    for (int i = 0; i < holds_.size(); i++) {
+      output.writeMessage(9, holds_.get(i));
     }
     getUnknownFields().writeTo(output);
   }
@@ -325,6 +390,10 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeUInt64Size(8, lastEventSequence_);
     }
+    for (int i = 0; i < holds_.size(); i++) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(9, holds_.get(i));
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -356,6 +425,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getModelsList())) return false;
     if (getLastEventSequence()
         != other.getLastEventSequence()) return false;
+    if (!getHoldsList()
+        .equals(other.getHoldsList())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -389,6 +460,10 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + LAST_EVENT_SEQUENCE_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
         getLastEventSequence());
+    if (getHoldsCount() > 0) {
+      hash = (37 * hash) + HOLDS_FIELD_NUMBER;
+      hash = (53 * hash) + getHoldsList().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -536,6 +611,13 @@ private static final long serialVersionUID = 0L;
       }
       bitField0_ = (bitField0_ & ~0x00000040);
       lastEventSequence_ = 0L;
+      if (holdsBuilder_ == null) {
+        holds_ = java.util.Collections.emptyList();
+      } else {
+        holds_ = null;
+        holdsBuilder_.clear();
+      }
+      bitField0_ = (bitField0_ & ~0x00000100);
       return this;
     }
 
@@ -577,6 +659,15 @@ private static final long serialVersionUID = 0L;
         result.models_ = models_;
       } else {
         result.models_ = modelsBuilder_.build();
+      }
+      if (holdsBuilder_ == null) {
+        if (((bitField0_ & 0x00000100) != 0)) {
+          holds_ = java.util.Collections.unmodifiableList(holds_);
+          bitField0_ = (bitField0_ & ~0x00000100);
+        }
+        result.holds_ = holds_;
+      } else {
+        result.holds_ = holdsBuilder_.build();
       }
     }
 
@@ -698,6 +789,32 @@ private static final long serialVersionUID = 0L;
       if (other.getLastEventSequence() != 0L) {
         setLastEventSequence(other.getLastEventSequence());
       }
+      if (holdsBuilder_ == null) {
+        if (!other.holds_.isEmpty()) {
+          if (holds_.isEmpty()) {
+            holds_ = other.holds_;
+            bitField0_ = (bitField0_ & ~0x00000100);
+          } else {
+            ensureHoldsIsMutable();
+            holds_.addAll(other.holds_);
+          }
+          onChanged();
+        }
+      } else {
+        if (!other.holds_.isEmpty()) {
+          if (holdsBuilder_.isEmpty()) {
+            holdsBuilder_.dispose();
+            holdsBuilder_ = null;
+            holds_ = other.holds_;
+            bitField0_ = (bitField0_ & ~0x00000100);
+            holdsBuilder_ = 
+              com.google.protobuf.GeneratedMessageV3.alwaysUseFieldBuilders ?
+                 getHoldsFieldBuilder() : null;
+          } else {
+            holdsBuilder_.addAllMessages(other.holds_);
+          }
+        }
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -772,6 +889,19 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000080;
               break;
             } // case 64
+            case 74: {
+              io.swarmrl.v1.TrainingHold m =
+                  input.readMessage(
+                      io.swarmrl.v1.TrainingHold.parser(),
+                      extensionRegistry);
+              if (holdsBuilder_ == null) {
+                ensureHoldsIsMutable();
+                holds_.add(m);
+              } else {
+                holdsBuilder_.addMessage(m);
+              }
+              break;
+            } // case 74
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1455,6 +1585,318 @@ private static final long serialVersionUID = 0L;
       lastEventSequence_ = 0L;
       onChanged();
       return this;
+    }
+
+    private java.util.List<io.swarmrl.v1.TrainingHold> holds_ =
+      java.util.Collections.emptyList();
+    private void ensureHoldsIsMutable() {
+      if (!((bitField0_ & 0x00000100) != 0)) {
+        holds_ = new java.util.ArrayList<io.swarmrl.v1.TrainingHold>(holds_);
+        bitField0_ |= 0x00000100;
+       }
+    }
+
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        io.swarmrl.v1.TrainingHold, io.swarmrl.v1.TrainingHold.Builder, io.swarmrl.v1.TrainingHoldOrBuilder> holdsBuilder_;
+
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public java.util.List<io.swarmrl.v1.TrainingHold> getHoldsList() {
+      if (holdsBuilder_ == null) {
+        return java.util.Collections.unmodifiableList(holds_);
+      } else {
+        return holdsBuilder_.getMessageList();
+      }
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public int getHoldsCount() {
+      if (holdsBuilder_ == null) {
+        return holds_.size();
+      } else {
+        return holdsBuilder_.getCount();
+      }
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public io.swarmrl.v1.TrainingHold getHolds(int index) {
+      if (holdsBuilder_ == null) {
+        return holds_.get(index);
+      } else {
+        return holdsBuilder_.getMessage(index);
+      }
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public Builder setHolds(
+        int index, io.swarmrl.v1.TrainingHold value) {
+      if (holdsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureHoldsIsMutable();
+        holds_.set(index, value);
+        onChanged();
+      } else {
+        holdsBuilder_.setMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public Builder setHolds(
+        int index, io.swarmrl.v1.TrainingHold.Builder builderForValue) {
+      if (holdsBuilder_ == null) {
+        ensureHoldsIsMutable();
+        holds_.set(index, builderForValue.build());
+        onChanged();
+      } else {
+        holdsBuilder_.setMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public Builder addHolds(io.swarmrl.v1.TrainingHold value) {
+      if (holdsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureHoldsIsMutable();
+        holds_.add(value);
+        onChanged();
+      } else {
+        holdsBuilder_.addMessage(value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public Builder addHolds(
+        int index, io.swarmrl.v1.TrainingHold value) {
+      if (holdsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureHoldsIsMutable();
+        holds_.add(index, value);
+        onChanged();
+      } else {
+        holdsBuilder_.addMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public Builder addHolds(
+        io.swarmrl.v1.TrainingHold.Builder builderForValue) {
+      if (holdsBuilder_ == null) {
+        ensureHoldsIsMutable();
+        holds_.add(builderForValue.build());
+        onChanged();
+      } else {
+        holdsBuilder_.addMessage(builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public Builder addHolds(
+        int index, io.swarmrl.v1.TrainingHold.Builder builderForValue) {
+      if (holdsBuilder_ == null) {
+        ensureHoldsIsMutable();
+        holds_.add(index, builderForValue.build());
+        onChanged();
+      } else {
+        holdsBuilder_.addMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public Builder addAllHolds(
+        java.lang.Iterable<? extends io.swarmrl.v1.TrainingHold> values) {
+      if (holdsBuilder_ == null) {
+        ensureHoldsIsMutable();
+        com.google.protobuf.AbstractMessageLite.Builder.addAll(
+            values, holds_);
+        onChanged();
+      } else {
+        holdsBuilder_.addAllMessages(values);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public Builder clearHolds() {
+      if (holdsBuilder_ == null) {
+        holds_ = java.util.Collections.emptyList();
+        bitField0_ = (bitField0_ & ~0x00000100);
+        onChanged();
+      } else {
+        holdsBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public Builder removeHolds(int index) {
+      if (holdsBuilder_ == null) {
+        ensureHoldsIsMutable();
+        holds_.remove(index);
+        onChanged();
+      } else {
+        holdsBuilder_.remove(index);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public io.swarmrl.v1.TrainingHold.Builder getHoldsBuilder(
+        int index) {
+      return getHoldsFieldBuilder().getBuilder(index);
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public io.swarmrl.v1.TrainingHoldOrBuilder getHoldsOrBuilder(
+        int index) {
+      if (holdsBuilder_ == null) {
+        return holds_.get(index);  } else {
+        return holdsBuilder_.getMessageOrBuilder(index);
+      }
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public java.util.List<? extends io.swarmrl.v1.TrainingHoldOrBuilder> 
+         getHoldsOrBuilderList() {
+      if (holdsBuilder_ != null) {
+        return holdsBuilder_.getMessageOrBuilderList();
+      } else {
+        return java.util.Collections.unmodifiableList(holds_);
+      }
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public io.swarmrl.v1.TrainingHold.Builder addHoldsBuilder() {
+      return getHoldsFieldBuilder().addBuilder(
+          io.swarmrl.v1.TrainingHold.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public io.swarmrl.v1.TrainingHold.Builder addHoldsBuilder(
+        int index) {
+      return getHoldsFieldBuilder().addBuilder(
+          index, io.swarmrl.v1.TrainingHold.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * Holds of training now (HoldTraining), by model, the oldest first.
+     * </pre>
+     *
+     * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+     */
+    public java.util.List<io.swarmrl.v1.TrainingHold.Builder> 
+         getHoldsBuilderList() {
+      return getHoldsFieldBuilder().getBuilderList();
+    }
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        io.swarmrl.v1.TrainingHold, io.swarmrl.v1.TrainingHold.Builder, io.swarmrl.v1.TrainingHoldOrBuilder> 
+        getHoldsFieldBuilder() {
+      if (holdsBuilder_ == null) {
+        holdsBuilder_ = new com.google.protobuf.RepeatedFieldBuilderV3<
+            io.swarmrl.v1.TrainingHold, io.swarmrl.v1.TrainingHold.Builder, io.swarmrl.v1.TrainingHoldOrBuilder>(
+                holds_,
+                ((bitField0_ & 0x00000100) != 0),
+                getParentForChildren(),
+                isClean());
+        holds_ = null;
+      }
+      return holdsBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -130,4 +130,48 @@ public interface GetStatusResponseOrBuilder extends
    * @return The lastEventSequence.
    */
   long getLastEventSequence();
+
+  /**
+   * <pre>
+   * Holds of training now (HoldTraining), by model, the oldest first.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+   */
+  java.util.List<io.swarmrl.v1.TrainingHold> 
+      getHoldsList();
+  /**
+   * <pre>
+   * Holds of training now (HoldTraining), by model, the oldest first.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+   */
+  io.swarmrl.v1.TrainingHold getHolds(int index);
+  /**
+   * <pre>
+   * Holds of training now (HoldTraining), by model, the oldest first.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+   */
+  int getHoldsCount();
+  /**
+   * <pre>
+   * Holds of training now (HoldTraining), by model, the oldest first.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+   */
+  java.util.List<? extends io.swarmrl.v1.TrainingHoldOrBuilder> 
+      getHoldsOrBuilderList();
+  /**
+   * <pre>
+   * Holds of training now (HoldTraining), by model, the oldest first.
+   * </pre>
+   *
+   * <code>repeated .swarmrl.v1.TrainingHold holds = 9 [json_name = "holds"];</code>
+   */
+  io.swarmrl.v1.TrainingHoldOrBuilder getHoldsOrBuilder(
+      int index);
 }

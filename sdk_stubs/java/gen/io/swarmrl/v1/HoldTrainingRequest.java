@@ -23,6 +23,7 @@ private static final long serialVersionUID = 0L;
     model_ = "";
     holder_ = "";
     reason_ = "";
+    sessionId_ = "";
   }
 
   @java.lang.Override
@@ -103,6 +104,8 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Who holds: holds of different holders stack, and each holder lifts only its own.
+   * Holding again as the same holder keeps the one hold (its start and reason) and
+   * re-binds it to this request's session_id or lease.
    * </pre>
    *
    * <code>string holder = 2 [json_name = "holder"];</code>
@@ -124,6 +127,8 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Who holds: holds of different holders stack, and each holder lifts only its own.
+   * Holding again as the same holder keeps the one hold (its start and reason) and
+   * re-binds it to this request's session_id or lease.
    * </pre>
    *
    * <code>string holder = 2 [json_name = "holder"];</code>
@@ -149,7 +154,7 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object reason_ = "";
   /**
    * <pre>
-   * Why, in words (logged).
+   * Why, in words (logged, and listed by GetStatus).
    * </pre>
    *
    * <code>string reason = 3 [json_name = "reason"];</code>
@@ -170,7 +175,7 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Why, in words (logged).
+   * Why, in words (logged, and listed by GetStatus).
    * </pre>
    *
    * <code>string reason = 3 [json_name = "reason"];</code>
@@ -189,6 +194,100 @@ private static final long serialVersionUID = 0L;
     } else {
       return (com.google.protobuf.ByteString) ref;
     }
+  }
+
+  public static final int SESSION_ID_FIELD_NUMBER = 4;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object sessionId_ = "";
+  /**
+   * <pre>
+   * The holder's session (SessionService.OpenSession): the hold lasts while the
+   * session's lease does, and lapses when the session is closed or its lease runs
+   * out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+   * Empty: the hold lasts `lease`.
+   * </pre>
+   *
+   * <code>string session_id = 4 [json_name = "sessionId"];</code>
+   * @return The sessionId.
+   */
+  @java.lang.Override
+  public java.lang.String getSessionId() {
+    java.lang.Object ref = sessionId_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      sessionId_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The holder's session (SessionService.OpenSession): the hold lasts while the
+   * session's lease does, and lapses when the session is closed or its lease runs
+   * out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+   * Empty: the hold lasts `lease`.
+   * </pre>
+   *
+   * <code>string session_id = 4 [json_name = "sessionId"];</code>
+   * @return The bytes for sessionId.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getSessionIdBytes() {
+    java.lang.Object ref = sessionId_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      sessionId_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
+  public static final int LEASE_FIELD_NUMBER = 5;
+  private com.google.protobuf.Duration lease_;
+  /**
+   * <pre>
+   * For a hold without a session: how long it lasts unless the holder holds again,
+   * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+   * @return Whether the lease field is set.
+   */
+  @java.lang.Override
+  public boolean hasLease() {
+    return lease_ != null;
+  }
+  /**
+   * <pre>
+   * For a hold without a session: how long it lasts unless the holder holds again,
+   * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+   * @return The lease.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Duration getLease() {
+    return lease_ == null ? com.google.protobuf.Duration.getDefaultInstance() : lease_;
+  }
+  /**
+   * <pre>
+   * For a hold without a session: how long it lasts unless the holder holds again,
+   * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.DurationOrBuilder getLeaseOrBuilder() {
+    return lease_ == null ? com.google.protobuf.Duration.getDefaultInstance() : lease_;
   }
 
   private byte memoizedIsInitialized = -1;
@@ -214,6 +313,12 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(reason_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 3, reason_);
     }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(sessionId_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 4, sessionId_);
+    }
+    if (lease_ != null) {
+      output.writeMessage(5, getLease());
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -231,6 +336,13 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(reason_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(3, reason_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(sessionId_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(4, sessionId_);
+    }
+    if (lease_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(5, getLease());
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -253,6 +365,13 @@ private static final long serialVersionUID = 0L;
         .equals(other.getHolder())) return false;
     if (!getReason()
         .equals(other.getReason())) return false;
+    if (!getSessionId()
+        .equals(other.getSessionId())) return false;
+    if (hasLease() != other.hasLease()) return false;
+    if (hasLease()) {
+      if (!getLease()
+          .equals(other.getLease())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -270,6 +389,12 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getHolder().hashCode();
     hash = (37 * hash) + REASON_FIELD_NUMBER;
     hash = (53 * hash) + getReason().hashCode();
+    hash = (37 * hash) + SESSION_ID_FIELD_NUMBER;
+    hash = (53 * hash) + getSessionId().hashCode();
+    if (hasLease()) {
+      hash = (37 * hash) + LEASE_FIELD_NUMBER;
+      hash = (53 * hash) + getLease().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -406,6 +531,12 @@ private static final long serialVersionUID = 0L;
       model_ = "";
       holder_ = "";
       reason_ = "";
+      sessionId_ = "";
+      lease_ = null;
+      if (leaseBuilder_ != null) {
+        leaseBuilder_.dispose();
+        leaseBuilder_ = null;
+      }
       return this;
     }
 
@@ -447,6 +578,14 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000004) != 0)) {
         result.reason_ = reason_;
+      }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.sessionId_ = sessionId_;
+      }
+      if (((from_bitField0_ & 0x00000010) != 0)) {
+        result.lease_ = leaseBuilder_ == null
+            ? lease_
+            : leaseBuilder_.build();
       }
     }
 
@@ -509,6 +648,14 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000004;
         onChanged();
       }
+      if (!other.getSessionId().isEmpty()) {
+        sessionId_ = other.sessionId_;
+        bitField0_ |= 0x00000008;
+        onChanged();
+      }
+      if (other.hasLease()) {
+        mergeLease(other.getLease());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -550,6 +697,18 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000004;
               break;
             } // case 26
+            case 34: {
+              sessionId_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 34
+            case 42: {
+              input.readMessage(
+                  getLeaseFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000010;
+              break;
+            } // case 42
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -663,6 +822,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Who holds: holds of different holders stack, and each holder lifts only its own.
+     * Holding again as the same holder keeps the one hold (its start and reason) and
+     * re-binds it to this request's session_id or lease.
      * </pre>
      *
      * <code>string holder = 2 [json_name = "holder"];</code>
@@ -683,6 +844,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Who holds: holds of different holders stack, and each holder lifts only its own.
+     * Holding again as the same holder keeps the one hold (its start and reason) and
+     * re-binds it to this request's session_id or lease.
      * </pre>
      *
      * <code>string holder = 2 [json_name = "holder"];</code>
@@ -704,6 +867,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Who holds: holds of different holders stack, and each holder lifts only its own.
+     * Holding again as the same holder keeps the one hold (its start and reason) and
+     * re-binds it to this request's session_id or lease.
      * </pre>
      *
      * <code>string holder = 2 [json_name = "holder"];</code>
@@ -721,6 +886,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Who holds: holds of different holders stack, and each holder lifts only its own.
+     * Holding again as the same holder keeps the one hold (its start and reason) and
+     * re-binds it to this request's session_id or lease.
      * </pre>
      *
      * <code>string holder = 2 [json_name = "holder"];</code>
@@ -735,6 +902,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Who holds: holds of different holders stack, and each holder lifts only its own.
+     * Holding again as the same holder keeps the one hold (its start and reason) and
+     * re-binds it to this request's session_id or lease.
      * </pre>
      *
      * <code>string holder = 2 [json_name = "holder"];</code>
@@ -754,7 +923,7 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object reason_ = "";
     /**
      * <pre>
-     * Why, in words (logged).
+     * Why, in words (logged, and listed by GetStatus).
      * </pre>
      *
      * <code>string reason = 3 [json_name = "reason"];</code>
@@ -774,7 +943,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Why, in words (logged).
+     * Why, in words (logged, and listed by GetStatus).
      * </pre>
      *
      * <code>string reason = 3 [json_name = "reason"];</code>
@@ -795,7 +964,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Why, in words (logged).
+     * Why, in words (logged, and listed by GetStatus).
      * </pre>
      *
      * <code>string reason = 3 [json_name = "reason"];</code>
@@ -812,7 +981,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Why, in words (logged).
+     * Why, in words (logged, and listed by GetStatus).
      * </pre>
      *
      * <code>string reason = 3 [json_name = "reason"];</code>
@@ -826,7 +995,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Why, in words (logged).
+     * Why, in words (logged, and listed by GetStatus).
      * </pre>
      *
      * <code>string reason = 3 [json_name = "reason"];</code>
@@ -841,6 +1010,277 @@ private static final long serialVersionUID = 0L;
       bitField0_ |= 0x00000004;
       onChanged();
       return this;
+    }
+
+    private java.lang.Object sessionId_ = "";
+    /**
+     * <pre>
+     * The holder's session (SessionService.OpenSession): the hold lasts while the
+     * session's lease does, and lapses when the session is closed or its lease runs
+     * out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+     * Empty: the hold lasts `lease`.
+     * </pre>
+     *
+     * <code>string session_id = 4 [json_name = "sessionId"];</code>
+     * @return The sessionId.
+     */
+    public java.lang.String getSessionId() {
+      java.lang.Object ref = sessionId_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        sessionId_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The holder's session (SessionService.OpenSession): the hold lasts while the
+     * session's lease does, and lapses when the session is closed or its lease runs
+     * out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+     * Empty: the hold lasts `lease`.
+     * </pre>
+     *
+     * <code>string session_id = 4 [json_name = "sessionId"];</code>
+     * @return The bytes for sessionId.
+     */
+    public com.google.protobuf.ByteString
+        getSessionIdBytes() {
+      java.lang.Object ref = sessionId_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        sessionId_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The holder's session (SessionService.OpenSession): the hold lasts while the
+     * session's lease does, and lapses when the session is closed or its lease runs
+     * out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+     * Empty: the hold lasts `lease`.
+     * </pre>
+     *
+     * <code>string session_id = 4 [json_name = "sessionId"];</code>
+     * @param value The sessionId to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSessionId(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      sessionId_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The holder's session (SessionService.OpenSession): the hold lasts while the
+     * session's lease does, and lapses when the session is closed or its lease runs
+     * out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+     * Empty: the hold lasts `lease`.
+     * </pre>
+     *
+     * <code>string session_id = 4 [json_name = "sessionId"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSessionId() {
+      sessionId_ = getDefaultInstance().getSessionId();
+      bitField0_ = (bitField0_ & ~0x00000008);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The holder's session (SessionService.OpenSession): the hold lasts while the
+     * session's lease does, and lapses when the session is closed or its lease runs
+     * out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+     * Empty: the hold lasts `lease`.
+     * </pre>
+     *
+     * <code>string session_id = 4 [json_name = "sessionId"];</code>
+     * @param value The bytes for sessionId to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSessionIdBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      sessionId_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.Duration lease_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> leaseBuilder_;
+    /**
+     * <pre>
+     * For a hold without a session: how long it lasts unless the holder holds again,
+     * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+     * @return Whether the lease field is set.
+     */
+    public boolean hasLease() {
+      return ((bitField0_ & 0x00000010) != 0);
+    }
+    /**
+     * <pre>
+     * For a hold without a session: how long it lasts unless the holder holds again,
+     * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+     * @return The lease.
+     */
+    public com.google.protobuf.Duration getLease() {
+      if (leaseBuilder_ == null) {
+        return lease_ == null ? com.google.protobuf.Duration.getDefaultInstance() : lease_;
+      } else {
+        return leaseBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * For a hold without a session: how long it lasts unless the holder holds again,
+     * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+     */
+    public Builder setLease(com.google.protobuf.Duration value) {
+      if (leaseBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        lease_ = value;
+      } else {
+        leaseBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For a hold without a session: how long it lasts unless the holder holds again,
+     * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+     */
+    public Builder setLease(
+        com.google.protobuf.Duration.Builder builderForValue) {
+      if (leaseBuilder_ == null) {
+        lease_ = builderForValue.build();
+      } else {
+        leaseBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For a hold without a session: how long it lasts unless the holder holds again,
+     * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+     */
+    public Builder mergeLease(com.google.protobuf.Duration value) {
+      if (leaseBuilder_ == null) {
+        if (((bitField0_ & 0x00000010) != 0) &&
+          lease_ != null &&
+          lease_ != com.google.protobuf.Duration.getDefaultInstance()) {
+          getLeaseBuilder().mergeFrom(value);
+        } else {
+          lease_ = value;
+        }
+      } else {
+        leaseBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For a hold without a session: how long it lasts unless the holder holds again,
+     * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+     */
+    public Builder clearLease() {
+      bitField0_ = (bitField0_ & ~0x00000010);
+      lease_ = null;
+      if (leaseBuilder_ != null) {
+        leaseBuilder_.dispose();
+        leaseBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For a hold without a session: how long it lasts unless the holder holds again,
+     * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+     */
+    public com.google.protobuf.Duration.Builder getLeaseBuilder() {
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return getLeaseFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * For a hold without a session: how long it lasts unless the holder holds again,
+     * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+     */
+    public com.google.protobuf.DurationOrBuilder getLeaseOrBuilder() {
+      if (leaseBuilder_ != null) {
+        return leaseBuilder_.getMessageOrBuilder();
+      } else {
+        return lease_ == null ?
+            com.google.protobuf.Duration.getDefaultInstance() : lease_;
+      }
+    }
+    /**
+     * <pre>
+     * For a hold without a session: how long it lasts unless the holder holds again,
+     * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> 
+        getLeaseFieldBuilder() {
+      if (leaseBuilder_ == null) {
+        leaseBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder>(
+                getLease(),
+                getParentForChildren(),
+                isClean());
+        lease_ = null;
+      }
+      return leaseBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -30,6 +30,8 @@ public interface HoldTrainingRequestOrBuilder extends
   /**
    * <pre>
    * Who holds: holds of different holders stack, and each holder lifts only its own.
+   * Holding again as the same holder keeps the one hold (its start and reason) and
+   * re-binds it to this request's session_id or lease.
    * </pre>
    *
    * <code>string holder = 2 [json_name = "holder"];</code>
@@ -39,6 +41,8 @@ public interface HoldTrainingRequestOrBuilder extends
   /**
    * <pre>
    * Who holds: holds of different holders stack, and each holder lifts only its own.
+   * Holding again as the same holder keeps the one hold (its start and reason) and
+   * re-binds it to this request's session_id or lease.
    * </pre>
    *
    * <code>string holder = 2 [json_name = "holder"];</code>
@@ -49,7 +53,7 @@ public interface HoldTrainingRequestOrBuilder extends
 
   /**
    * <pre>
-   * Why, in words (logged).
+   * Why, in words (logged, and listed by GetStatus).
    * </pre>
    *
    * <code>string reason = 3 [json_name = "reason"];</code>
@@ -58,7 +62,7 @@ public interface HoldTrainingRequestOrBuilder extends
   java.lang.String getReason();
   /**
    * <pre>
-   * Why, in words (logged).
+   * Why, in words (logged, and listed by GetStatus).
    * </pre>
    *
    * <code>string reason = 3 [json_name = "reason"];</code>
@@ -66,4 +70,60 @@ public interface HoldTrainingRequestOrBuilder extends
    */
   com.google.protobuf.ByteString
       getReasonBytes();
+
+  /**
+   * <pre>
+   * The holder's session (SessionService.OpenSession): the hold lasts while the
+   * session's lease does, and lapses when the session is closed or its lease runs
+   * out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+   * Empty: the hold lasts `lease`.
+   * </pre>
+   *
+   * <code>string session_id = 4 [json_name = "sessionId"];</code>
+   * @return The sessionId.
+   */
+  java.lang.String getSessionId();
+  /**
+   * <pre>
+   * The holder's session (SessionService.OpenSession): the hold lasts while the
+   * session's lease does, and lapses when the session is closed or its lease runs
+   * out. Must be a live session (NOT_FOUND, reason SESSION_NOT_FOUND, otherwise).
+   * Empty: the hold lasts `lease`.
+   * </pre>
+   *
+   * <code>string session_id = 4 [json_name = "sessionId"];</code>
+   * @return The bytes for sessionId.
+   */
+  com.google.protobuf.ByteString
+      getSessionIdBytes();
+
+  /**
+   * <pre>
+   * For a hold without a session: how long it lasts unless the holder holds again,
+   * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+   * @return Whether the lease field is set.
+   */
+  boolean hasLease();
+  /**
+   * <pre>
+   * For a hold without a session: how long it lasts unless the holder holds again,
+   * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+   * @return The lease.
+   */
+  com.google.protobuf.Duration getLease();
+  /**
+   * <pre>
+   * For a hold without a session: how long it lasts unless the holder holds again,
+   * which renews it; 1 s to 600 s, unset means 60 s. Refused with session_id.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration lease = 5 [json_name = "lease"];</code>
+   */
+  com.google.protobuf.DurationOrBuilder getLeaseOrBuilder();
 }

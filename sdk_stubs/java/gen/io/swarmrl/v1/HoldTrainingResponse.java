@@ -125,6 +125,44 @@ private static final long serialVersionUID = 0L;
     return step_;
   }
 
+  public static final int HOLD_FIELD_NUMBER = 4;
+  private io.swarmrl.v1.TrainingHold hold_;
+  /**
+   * <pre>
+   * The hold, as GetStatus lists it.
+   * </pre>
+   *
+   * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+   * @return Whether the hold field is set.
+   */
+  @java.lang.Override
+  public boolean hasHold() {
+    return hold_ != null;
+  }
+  /**
+   * <pre>
+   * The hold, as GetStatus lists it.
+   * </pre>
+   *
+   * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+   * @return The hold.
+   */
+  @java.lang.Override
+  public io.swarmrl.v1.TrainingHold getHold() {
+    return hold_ == null ? io.swarmrl.v1.TrainingHold.getDefaultInstance() : hold_;
+  }
+  /**
+   * <pre>
+   * The hold, as GetStatus lists it.
+   * </pre>
+   *
+   * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+   */
+  @java.lang.Override
+  public io.swarmrl.v1.TrainingHoldOrBuilder getHoldOrBuilder() {
+    return hold_ == null ? io.swarmrl.v1.TrainingHold.getDefaultInstance() : hold_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -148,6 +186,9 @@ private static final long serialVersionUID = 0L;
     if (step_ != 0L) {
       output.writeInt64(3, step_);
     }
+    if (hold_ != null) {
+      output.writeMessage(4, getHold());
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -167,6 +208,10 @@ private static final long serialVersionUID = 0L;
     if (step_ != 0L) {
       size += com.google.protobuf.CodedOutputStream
         .computeInt64Size(3, step_);
+    }
+    if (hold_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(4, getHold());
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -189,6 +234,11 @@ private static final long serialVersionUID = 0L;
         != other.getPolicyVersion()) return false;
     if (getStep()
         != other.getStep()) return false;
+    if (hasHold() != other.hasHold()) return false;
+    if (hasHold()) {
+      if (!getHold()
+          .equals(other.getHold())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -208,6 +258,10 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + STEP_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
         getStep());
+    if (hasHold()) {
+      hash = (37 * hash) + HOLD_FIELD_NUMBER;
+      hash = (53 * hash) + getHold().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -344,6 +398,11 @@ private static final long serialVersionUID = 0L;
       model_ = "";
       policyVersion_ = 0L;
       step_ = 0L;
+      hold_ = null;
+      if (holdBuilder_ != null) {
+        holdBuilder_.dispose();
+        holdBuilder_ = null;
+      }
       return this;
     }
 
@@ -385,6 +444,11 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000004) != 0)) {
         result.step_ = step_;
+      }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.hold_ = holdBuilder_ == null
+            ? hold_
+            : holdBuilder_.build();
       }
     }
 
@@ -443,6 +507,9 @@ private static final long serialVersionUID = 0L;
       if (other.getStep() != 0L) {
         setStep(other.getStep());
       }
+      if (other.hasHold()) {
+        mergeHold(other.getHold());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -484,6 +551,13 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000004;
               break;
             } // case 24
+            case 34: {
+              input.readMessage(
+                  getHoldFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 34
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -679,6 +753,161 @@ private static final long serialVersionUID = 0L;
       step_ = 0L;
       onChanged();
       return this;
+    }
+
+    private io.swarmrl.v1.TrainingHold hold_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        io.swarmrl.v1.TrainingHold, io.swarmrl.v1.TrainingHold.Builder, io.swarmrl.v1.TrainingHoldOrBuilder> holdBuilder_;
+    /**
+     * <pre>
+     * The hold, as GetStatus lists it.
+     * </pre>
+     *
+     * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+     * @return Whether the hold field is set.
+     */
+    public boolean hasHold() {
+      return ((bitField0_ & 0x00000008) != 0);
+    }
+    /**
+     * <pre>
+     * The hold, as GetStatus lists it.
+     * </pre>
+     *
+     * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+     * @return The hold.
+     */
+    public io.swarmrl.v1.TrainingHold getHold() {
+      if (holdBuilder_ == null) {
+        return hold_ == null ? io.swarmrl.v1.TrainingHold.getDefaultInstance() : hold_;
+      } else {
+        return holdBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * The hold, as GetStatus lists it.
+     * </pre>
+     *
+     * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+     */
+    public Builder setHold(io.swarmrl.v1.TrainingHold value) {
+      if (holdBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        hold_ = value;
+      } else {
+        holdBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The hold, as GetStatus lists it.
+     * </pre>
+     *
+     * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+     */
+    public Builder setHold(
+        io.swarmrl.v1.TrainingHold.Builder builderForValue) {
+      if (holdBuilder_ == null) {
+        hold_ = builderForValue.build();
+      } else {
+        holdBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The hold, as GetStatus lists it.
+     * </pre>
+     *
+     * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+     */
+    public Builder mergeHold(io.swarmrl.v1.TrainingHold value) {
+      if (holdBuilder_ == null) {
+        if (((bitField0_ & 0x00000008) != 0) &&
+          hold_ != null &&
+          hold_ != io.swarmrl.v1.TrainingHold.getDefaultInstance()) {
+          getHoldBuilder().mergeFrom(value);
+        } else {
+          hold_ = value;
+        }
+      } else {
+        holdBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The hold, as GetStatus lists it.
+     * </pre>
+     *
+     * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+     */
+    public Builder clearHold() {
+      bitField0_ = (bitField0_ & ~0x00000008);
+      hold_ = null;
+      if (holdBuilder_ != null) {
+        holdBuilder_.dispose();
+        holdBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The hold, as GetStatus lists it.
+     * </pre>
+     *
+     * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+     */
+    public io.swarmrl.v1.TrainingHold.Builder getHoldBuilder() {
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return getHoldFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * The hold, as GetStatus lists it.
+     * </pre>
+     *
+     * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+     */
+    public io.swarmrl.v1.TrainingHoldOrBuilder getHoldOrBuilder() {
+      if (holdBuilder_ != null) {
+        return holdBuilder_.getMessageOrBuilder();
+      } else {
+        return hold_ == null ?
+            io.swarmrl.v1.TrainingHold.getDefaultInstance() : hold_;
+      }
+    }
+    /**
+     * <pre>
+     * The hold, as GetStatus lists it.
+     * </pre>
+     *
+     * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        io.swarmrl.v1.TrainingHold, io.swarmrl.v1.TrainingHold.Builder, io.swarmrl.v1.TrainingHoldOrBuilder> 
+        getHoldFieldBuilder() {
+      if (holdBuilder_ == null) {
+        holdBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            io.swarmrl.v1.TrainingHold, io.swarmrl.v1.TrainingHold.Builder, io.swarmrl.v1.TrainingHoldOrBuilder>(
+                getHold(),
+                getParentForChildren(),
+                isClean());
+        hold_ = null;
+      }
+      return holdBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

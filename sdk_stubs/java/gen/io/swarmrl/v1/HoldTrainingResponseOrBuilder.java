@@ -46,4 +46,31 @@ public interface HoldTrainingResponseOrBuilder extends
    * @return The step.
    */
   long getStep();
+
+  /**
+   * <pre>
+   * The hold, as GetStatus lists it.
+   * </pre>
+   *
+   * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+   * @return Whether the hold field is set.
+   */
+  boolean hasHold();
+  /**
+   * <pre>
+   * The hold, as GetStatus lists it.
+   * </pre>
+   *
+   * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+   * @return The hold.
+   */
+  io.swarmrl.v1.TrainingHold getHold();
+  /**
+   * <pre>
+   * The hold, as GetStatus lists it.
+   * </pre>
+   *
+   * <code>.swarmrl.v1.TrainingHold hold = 4 [json_name = "hold"];</code>
+   */
+  io.swarmrl.v1.TrainingHoldOrBuilder getHoldOrBuilder();
 }
