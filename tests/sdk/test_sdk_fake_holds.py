@@ -43,3 +43,15 @@ async def test_the_fake_refuses_a_lease_as_the_server_does(session: str, lease: 
             await admin_grpc.AdminServiceStub(channel).HoldTraining(request)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details() == real.value.message and real.value.field == "lease"
+
+
+async def test_a_hold_reopens_a_session_the_server_forgot() -> None:
+    """A restarted server forgot the client's session (and its holds): holding again
+    reopens the session, as starting an episode does, and binds the new hold to it."""
+    async with FakeSwarmServer() as fake, swarmrl.AsyncSwarmClient(fake.target) as client:
+        await client.hold_training(holder="run-a")
+        fake.drop_sessions()
+        assert (await client.status()).holds == []
+        await client.hold_training(holder="run-a")
+        [hold] = (await client.status()).holds
+        assert hold.session_id == client.session_id
