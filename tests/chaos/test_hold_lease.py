@@ -2,7 +2,7 @@
 training on its server for good. Real processes, the tiny model.
 
 A real `swarmrl serve --model tiny --train` runs; a real `swarmrl train` attaches to it
-(--target) with a 2 s session lease and starts its "before" evaluation of val, pinned:
+(--target) with a 3 s session lease and starts its "before" evaluation of val, pinned:
 its hold of training is bound to its session. Its environment's val rollouts never end,
 so the evaluation (and the hold) lasts as long as the client lives. While it does,
 GetStatus lists the hold, and a group another client plays does not train. Then the
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 TRAIN = {"batch_rule": "groups", "group_size": "2", "batch_size": "1", "lr": "1e-3",
          "checkpoint_every": "0", "checkpoint_on_stop": "false", "progress": "false"}
-LEASE_S = 2.0
+LEASE_S = 3.0
 
 ENV = '''
 import asyncio
