@@ -32,7 +32,7 @@ from typing import Any
 
 from swarmrl.envs._api import Item
 
-__all__ = ["CARD_VERSION", "lookup", "package_versions", "read", "render_markdown",
+__all__ = ["CARD_VERSION", "errors_text", "lookup", "package_versions", "read", "render_markdown",
            "split_digest", "write", "write_atomic"]
 
 CARD_VERSION = 1
@@ -117,6 +117,36 @@ def _figure(figures: Mapping[str, Any] | None) -> str:
     return "no rollout finished"
 
 
+def errors_text(figures: Mapping[str, Any] | None) -> str:
+    """The failures of an evaluation or of training: the rollouts that failed for good,
+    then the errors by kind, every failed attempt and every rollout a `PolicyError`
+    scored ("2 failed; environment 1, timeout 1"); "" when there were none. (``errors``
+    is ``{kind: count}``; older cards hold the failed count there.)"""
+    if not figures:
+        return ""
+    errors = figures.get("errors")
+    by_kind = {k: v for k, v in errors.items() if v} if isinstance(errors, Mapping) else {}
+    failed = figures.get("failed", errors if isinstance(errors, int) else 0)
+    parts = [f"{failed} failed"] if failed else []
+    if by_kind:
+        parts.append(", ".join(f"{k} {v}" for k, v in sorted(by_kind.items())))
+    return "; ".join(parts)
+
+
+def _train_line(train: Mapping[str, Any]) -> str:
+    parts = [f"{train.get('groups', 0)} groups trained",
+             f"{train.get('groups_aborted', 0)} aborted",
+             f"{train.get('rollouts', 0)} rollouts"]
+    if train.get("mean_reward") is not None:
+        parts.append(f"mean reward {train['mean_reward']:.3f}")
+    if train.get("seconds") is not None:
+        parts.append(f"{train['seconds'] / 60:.1f} min")
+    errors = errors_text(train)
+    if errors:
+        parts.append(f"errors: {errors}")
+    return "Training: " + ", ".join(parts) + "."
+
+
 def render_markdown(card: Mapping[str, Any]) -> str:
     """A short human rendering of a card (the JSON is the record)."""
     env = card["env"]
@@ -127,21 +157,41 @@ def render_markdown(card: Mapping[str, Any]) -> str:
              f"- server: {json.dumps(card['server'].get('summary', {}))}",
              f"- git: {card.get('git', {}).get('commit', '?')}"
              + (" (with local changes)" if card.get("git", {}).get("dirty") else ""),
-             f"- packages: {', '.join(f'{k} {v}' for k, v in card['packages'].items())}",
-             "", "| evaluation | split | policy version | trained (min) | figure | checkpoint |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             f"- packages: {', '.join(f'{k} {v}' for k, v in card['packages'].items())}"]
+    if len(card.get("starts", [])) > 1:
+        lines.append(f"- started {len(card['starts'])} times (resumed from its folder)")
+    if card.get("checkpoint"):
+        lines.append(f"- checkpoint evaluated: {card['checkpoint']['path']}")
+    if card.get("stopped"):
+        s = card["stopped"]
+        lines += ["", f"**Stopped** on item `{s['item']}` of {s['split']}: `{s['error']}`"]
+    if card.get("refused"):
+        lines += ["", f"**Refused**: {card['refused']}"]
+    lines += ["", "| evaluation | split | policy version | trained (min) | figure | errors | "
+              "checkpoint |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for e in card.get("evals", []):
         trained = e.get("train_seconds")
+        checkpoint = e.get("checkpoint") or ""
+        if checkpoint and e.get("checkpoint_deleted"):
+            checkpoint = f"(deleted) {checkpoint}"
         lines.append(f"| {e['name']} | {e['split']} | {e.get('pinned_version')} | "
                      f"{'' if trained is None else f'{trained / 60:.1f}'} | "
-                     f"{_figure(e.get('figures'))} | {e.get('checkpoint') or ''} |")
+                     f"{_figure(e.get('figures'))} | {errors_text(e.get('figures'))} | "
+                     f"{checkpoint} |")
+    if card.get("train"):
+        lines += ["", _train_line(card["train"])]
     if card.get("selected"):
         s = card["selected"]
         lines += ["", f"Selected by val: `{s['name']}` (policy version {s['pinned_version']})."]
     if card.get("test"):
         t = card["test"]
-        lines += [f"Test, played once on it (policy version {t['pinned_version']}): "
-                  f"**{_figure(t['figures'])}**."]
+        if t.get("interrupted"):
+            lines += [f"Test, started on policy version {t['pinned_version']}, was "
+                      "**interrupted** and not played again (test is played once per run)."]
+        else:
+            errors = errors_text(t.get("figures"))
+            lines += [f"Test, played once on it (policy version {t['pinned_version']}): "
+                      f"**{_figure(t['figures'])}**" + (f", {errors}" if errors else "") + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -28,11 +28,12 @@ from typing import IO, Any
 from swarmrl._client import AsyncSwarmClient
 from swarmrl._config import ClientConfig
 from swarmrl._sampling import SamplingParams
-from swarmrl.envs import _card
+from swarmrl.envs import _card, _runfolder
 from swarmrl.envs._api import Environment
-from swarmrl.envs._flow import Budget, evaluate_once, splits_record, train_and_test
+from swarmrl.envs._failures import RunStopped
+from swarmrl.envs._flow import EmptySplit, evaluate_once, splits_record, train_and_test
 from swarmrl.envs._load import load_environment, parse_env_args
-from swarmrl.envs._report import RolloutRecord, read_rollouts
+from swarmrl.envs._report import RolloutRecord
 from swarmrl.envs._runner import Runner, RunnerConfig
 from swarmrl.envs._server import ServerProcess
 
@@ -151,6 +152,11 @@ def _parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--temperature", type=float, default=1.0,
                        help="sampling temperature when --k > 1 (k = 1 is greedy)")
         p.add_argument("--limit", type=int, help="evaluate only the first N items")
+        p.add_argument("--checkpoint", type=Path, metavar="PATH",
+                       help="evaluate this checkpoint (a step-N folder a training server "
+                            "wrote), served again as a pinned version: restored on the "
+                            "--target server (a path on its machine, under its data dir), "
+                            "or served by the started server from its start (--resume)")
     return p
 
 
@@ -168,25 +174,37 @@ class _Records:
         self._file.close()
 
 
-def _server(args: argparse.Namespace, out: Path, train_options: dict[str, str] | None
-            ) -> ServerProcess:
+def _server(args: argparse.Namespace, out: Path, train_options: dict[str, str] | None, *,
+            resuming: bool) -> ServerProcess:
+    """The server of the run: attached, or started on ``OUT/data``. A resumed train run
+    starts its server again on the same data dir, resuming training from its latest
+    checkpoint (``swarmrl serve --resume``; steps after it are trained again from their
+    episodes, which the data dir keeps); ``eval --checkpoint PATH`` starts one that
+    resumes from PATH."""
     if args.target:
         return ServerProcess(args.target)
     data_dir = out / "data"
+    extra = list(args.server_arg)
     if data_dir.exists() and any(data_dir.iterdir()):
-        raise SystemExit(f"{data_dir} is not empty: pick a new --out")
+        if not resuming:
+            raise SystemExit(f"{data_dir} is not empty: pick a new --out")
+        if any((data_dir / "checkpoints").glob("*/step-*")):
+            extra += ["--resume", str(data_dir)]
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint is not None:
+        extra += ["--resume", str(checkpoint)]
     server = ServerProcess.start(model=args.model, engine=args.engine,
                                  train_options=train_options, data_dir=data_dir,
-                                 log_path=out / "server.log", extra_args=args.server_arg)
+                                 log_path=out / "server.log", extra_args=extra)
     print(f"server on {server.target}; its log: {server.log_path}", file=sys.stderr)
     return server
 
 
 def _train_options(args: argparse.Namespace) -> dict[str, str]:
     """The started server's train options: the given ones, with group_size from
-    --group-size and, unless given, every checkpoint kept (the best by val must still be
-    there to be tested)."""
-    options = {"group_size": str(args.group_size), "keep_checkpoints": "1000000"}
+    --group-size. The checkpoints evaluations save are kept outside the trainer's
+    keep_checkpoints; the run deletes those it no longer needs (`_flow.prune_checkpoints`)."""
+    options = {"group_size": str(args.group_size)}
     for pair in args.train_option:
         key, sep, value = pair.partition("=")
         if not sep:
@@ -198,7 +216,7 @@ def _train_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def _runner_config(args: argparse.Namespace, *, training: bool) -> RunnerConfig:
+def _runner_config(args: argparse.Namespace, *, training: bool, holder: str) -> RunnerConfig:
     sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
                               top_p=getattr(args, "top_p", None))
     return RunnerConfig(
@@ -206,24 +224,24 @@ def _runner_config(args: argparse.Namespace, *, training: bool) -> RunnerConfig:
         rollout_timeout_s=args.rollout_timeout, retries=args.retries, sampling=sampling,
         eval_sampling=SamplingParams(temperature=0.0, max_tokens=args.max_tokens),
         model=args.policy_model, seed=getattr(args, "seed", 0), progress=args.progress,
-        agent_version="swarmrl-train" if training else "swarmrl-eval")
+        agent_version="swarmrl-train" if training else "swarmrl-eval", holder=holder)
 
 
-def _budget(out: Path, args: argparse.Namespace) -> Budget:
-    """What is left of --minutes / --groups; a restarted attached run keeps its first
-    start's deadline (``out/train-started``) and counts the groups it already trained."""
-    deadline = None
-    if args.minutes is not None:
-        marker = out / "train-started"
-        if not marker.is_file():
-            marker.write_text(f"{time.time()}\n")
-        deadline = float(marker.read_text()) + args.minutes * 60
-    groups = args.groups
-    rollouts = out / "rollouts.jsonl"
-    if groups is not None and rollouts.is_file():
-        done = {r["group_id"] for r in read_rollouts(rollouts) if r.get("trained")}
-        groups = max(0, groups - len(done))
-    return Budget(deadline, groups)
+class UsageError(ValueError):
+    """The run cannot go as asked (found before anything is played)."""
+
+
+async def _check_group_size(client: AsyncSwarmClient, args: argparse.Namespace) -> None:
+    """An attached train run's --group-size must be the server trainer's group_size:
+    groups of another size would be cut differently by the trainer."""
+    for info in await client.list_models():
+        if args.policy_model and info.name != args.policy_model:
+            continue
+        if info.group_size and info.group_size != args.group_size:
+            raise UsageError(f"--group-size {args.group_size} differs from the group_size "
+                             f"{info.group_size} of {info.name!r} on {args.target}: pass "
+                             f"--group-size {info.group_size}")
+        return
 
 
 def _server_record(args: argparse.Namespace, out: Path, train_options: dict[str, str] | None
@@ -242,7 +260,8 @@ def _server_record(args: argparse.Namespace, out: Path, train_options: dict[str,
 async def _play(args: argparse.Namespace, command: str, env: Environment, target: str,
                 out: Path, card: dict[str, Any]) -> None:
     records = _Records(out / "rollouts.jsonl")
-    config = _runner_config(args, training=command == "train")
+    config = _runner_config(args, training=command == "train",
+                            holder=card.get("holder") or _runfolder.holder(out))
     card["runner"] = json.loads(json.dumps(asdict(config), default=str))
     card["client"] = {"session_lease": args.lease}
 
@@ -253,18 +272,40 @@ async def _play(args: argparse.Namespace, command: str, env: Environment, target
         client_config = ClientConfig(target=target, api_key=args.api_key,
                                      session_lease=args.lease)
         async with AsyncSwarmClient(config=client_config) as client:
+            if command == "train" and args.target:
+                await _check_group_size(client, args)
             async with Runner(env, client, config, on_record=records) as runner:
                 if command == "train":
                     await train_and_test(
-                        runner, card, save, budget=_budget(out, args),
+                        runner, card, save,
+                        budget=_runfolder.budget(card, args.minutes, args.groups),
                         eval_every=args.eval_every, eval_limit=args.eval_limit,
                         val=args.val, test=args.test)
                 else:
-                    card["splits"] = splits_record(runner, args.split == "test")
-                    card["evals"].append(await evaluate_once(
-                        runner, args.split, args.split, limit=args.limit, k=args.k))
+                    card["splits"] = splits_record(
+                        runner, args.split == "test",
+                        needed=((args.split, "evaluate the other split, or give the "
+                                             "environment items for this one"),))
+                    await _evaluate(runner, args, card)
     finally:
         records.close()
+
+
+async def _evaluate(runner: Runner, args: argparse.Namespace, card: dict[str, Any]) -> None:
+    """``swarmrl eval``: one pinned evaluation; with ``--checkpoint`` on an attached
+    server, of that checkpoint served again as a new policy version (a started server
+    serves it from its start: ``--resume``)."""
+    async with runner.pinned(f"{args.split} evaluation") as version:
+        if args.checkpoint is not None:
+            record: dict[str, Any] = {"path": str(args.checkpoint)}
+            if args.target:
+                version = await runner.restore(str(args.checkpoint))
+                record["restored_as_version"] = version
+            else:
+                record["served_from_start_as_version"] = version
+            card["checkpoint"] = record
+        card["evals"].append(await evaluate_once(
+            runner, args.split, args.split, limit=args.limit, k=args.k))
 
 
 def _from_card(command: str, argv: Sequence[str]) -> list[str]:
@@ -328,6 +369,30 @@ async def _while_alive(server: ServerProcess, play: Coroutine[Any, Any, None]) -
     task.result()
 
 
+def _checkpoint_options(path: Path) -> dict[str, str]:
+    """Train options a server started to serve checkpoint `path` needs to load it: its
+    LoRA settings (a LoRA checkpoint is an adapter, loaded into an adapter of its rank)."""
+    state_file = path / "trainer_state.json"
+    if not state_file.is_file():
+        raise UsageError(f"--checkpoint {path}: not a checkpoint directory (no "
+                         f"{state_file.name}); a checkpoint is a step-N folder under "
+                         "DATA_DIR/checkpoints/MODEL")
+    config = json.loads(state_file.read_text()).get("config", {})
+    return {key: str(config[key]) for key in ("lora_rank", "lora_alpha") if config.get(key)}
+
+
+def _resumable(command: str, out: Path, previous: dict[str, Any] | None) -> str | None:
+    """Why `out` cannot be (re)used by this command; None when it can. ``swarmrl eval``
+    never resumes (an evaluation is played whole or again in a new folder)."""
+    if previous is None:
+        return None
+    if command == "eval":
+        return f"{out} holds a {previous.get('kind')} run already: pick a new --out"
+    if previous.get("kind") != "train":
+        return f"{out} holds a {previous.get('kind')} run, not a train run: pick a new --out"
+    return None
+
+
 def _main(command: str, argv: Sequence[str]) -> int:
     argv = list(argv)
     if any(a == "--from-card" or a.startswith("--from-card=") for a in argv):
@@ -340,19 +405,30 @@ def _main(command: str, argv: Sequence[str]) -> int:
         return 2
     out: Path = args.out or Path("runs") / f"{env.label}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    previous = json.loads((out / "card.json").read_text()) if (out / "card.json").is_file() else None
-    if command == "train" and args.target and previous and "test" in previous:
+    previous = _card.read(out)
+    refused = _resumable(command, out, previous)
+    if refused:
+        print(f"swarmrl {command}: {refused}", file=sys.stderr)
+        return 2
+    if previous and (previous.get("finished") or "test" in previous):
         print(f"{out} already finished", file=sys.stderr)  # a restarted study client
         return 0
     card = _card.base(command, argv, args.env, env.label, parse_env_args(args.env_arg),
                       env.describe())
-    if command == "train" and args.target and previous:
-        card["evals"] = previous.get("evals", [])  # a resumed run keeps what it measured
-    train_options = _train_options(args) if command == "train" else None
+    try:
+        if command == "train":
+            _runfolder.carry_over(previous, card, out, argv)
+            train_options: dict[str, str] | None = _train_options(args)
+        else:
+            train_options = None if args.checkpoint is None or args.target else \
+                _checkpoint_options(args.checkpoint)
+    except UsageError as err:
+        print(f"swarmrl {command}: {err}", file=sys.stderr)
+        return 2
     # SIGTERM (a stopped run) unwinds like Ctrl-C, so a started server is stopped too.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     t0 = time.monotonic()
-    server = _server(args, out, train_options)
+    server = _server(args, out, train_options, resuming=previous is not None)
     card["server"] = _server_record(args, out, train_options)
     card["packages"] = _card.package_versions(None if args.target else args.engine)
     code = 0
@@ -361,9 +437,21 @@ def _main(command: str, argv: Sequence[str]) -> int:
     except ServerExited as err:
         print(f"swarmrl {command}: {err}", file=sys.stderr)
         code = 1
+    except RunStopped as err:
+        # An error every rollout would meet: retrying would only spend the budget.
+        print(f"swarmrl {command}: {err}", file=sys.stderr)
+        card["stopped"] = {"error": f"{type(err.cause).__name__}: {err.cause}",
+                           "item": err.item.id, "split": err.split}
+        code = 1
+    except (UsageError, EmptySplit) as err:
+        print(f"swarmrl {command}: {err}", file=sys.stderr)
+        card["refused"] = str(err)
+        code = 2
     finally:
         server.stop()
         card["wall_s"] = round(time.monotonic() - t0, 1)
+        if card.get("starts"):
+            card["starts"][-1]["wall_s"] = card["wall_s"]
         _card.write(out, card)
     print(f"wrote {out / 'card.json'} and card.md", file=sys.stderr)
     return code

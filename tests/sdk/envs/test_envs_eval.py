@@ -21,6 +21,7 @@ import pytest
 
 import swarmrl
 from swarmrl.envs import Environment, Item, Outcome, Rollout, Runner, RunnerConfig, Split
+from swarmrl.envs._flow import best_by_val, evaluate_once, prune_checkpoints
 from tests.envs_support import read_rollouts
 from tests.helpers import REPO
 from tests.server_fixtures import ServerFactory
@@ -130,6 +131,29 @@ async def test_a_hold_waits_out_a_step_longer_than_the_call_timeout(
     assert trainer.holds == {}
 
 
+async def test_evaluated_checkpoints_kept_are_the_best_by_val_and_the_latest(
+        make_server: ServerFactory) -> None:
+    """Three pinned evaluations, each checkpointed, with a step between each: after each,
+    `prune_checkpoints` deletes those neither the best by val so far nor the latest."""
+    running = await make_server(train=TRAIN)
+    async with swarmrl.AsyncSwarmClient(running.grpc_target) as client:
+        config = RunnerConfig(group_size=2, concurrency=2, progress=False)
+        async with Runner(Feed(), client, config) as runner:
+            evals: list[dict[str, Any]] = []
+            for _ in range(3):
+                version = await runner.policy_version()
+                await runner.train(seconds=120, until_version=version + 1)
+                evals.append(await evaluate_once(runner, None, "val", limit=4,
+                                                 checkpoint=True))
+                await prune_checkpoints(runner, evals)
+                kept = [e for e in evals if not e.get("checkpoint_deleted")]
+                assert kept == [e for e in evals if e is best_by_val(evals) or e is evals[-1]]
+    assert len({e["checkpoint"] for e in evals}) == 3
+    assert sum(bool(e.get("checkpoint_deleted")) for e in evals) >= 1
+    assert all(Path(e["checkpoint"]).is_dir() != bool(e.get("checkpoint_deleted"))
+               for e in evals)
+
+
 def _swarmrl(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([sys.executable, "-m", "swarmrl", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=600)
@@ -140,9 +164,10 @@ def _swarmrl(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_a_train_run_tests_once_on_the_best_val_checkpoint(tmp_path: Path,
                                                            model_cache: Path) -> None:
-    """`swarmrl train`: val on a pinned version with a checkpoint each time, test played
-    once, at the end, on the checkpoint val selected (served again when it is not the
-    last version), never trained; the card records it all and repeats the run."""
+    """`swarmrl train`: val on a pinned version with a checkpoint each time (those neither
+    the best by val nor the latest deleted as the run goes), test played once, at the
+    end, on the checkpoint val selected (served again when it is not the last version),
+    never trained; the card records it all and repeats the run."""
     env_file = tmp_path / "feed_env.py"
     env_file.write_text(
         "from swarmrl.envs import Environment, Item, Outcome\n"
@@ -172,6 +197,10 @@ def test_a_train_run_tests_once_on_the_best_val_checkpoint(tmp_path: Path,
     selected = card["selected"]
     assert selected["name"] == "before" and selected["pinned_version"] == vals[0]["pinned_version"]
     assert selected["restored_as_version"] > vals[-1]["pinned_version"]
+    # Checkpoints kept: the best by val and the latest; any other was deleted.
+    assert {e["name"] for e in vals if not e.get("checkpoint_deleted")} == {"before", "after"}
+    assert all(Path(e["checkpoint"]).is_dir() != bool(e.get("checkpoint_deleted"))
+               for e in vals)
     test = card["test"]
     assert test["pinned_version"] == selected["restored_as_version"]
     assert test["figures"]["n"] == 3 and card["splits"]["test"]["items"] == 3
