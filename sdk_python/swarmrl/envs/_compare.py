@@ -12,9 +12,15 @@ for both). So the comparison pairs the runs item by item:
 
 The runs must have evaluated the same items: their cards' split hashes must agree (the
 hash is over the items' content, `_flow.splits_record`), and the rollouts must cover the
-same item ids. A run folder is what ``swarmrl train`` / ``swarmrl eval`` wrote into
-``--out`` (``card.json`` and ``rollouts.jsonl``). ``RUN@VERSION`` keeps only the rollouts
-played on that policy version (a train run's val evaluations, each pinned to one).
+same item ids. A rollout that failed (its retries spent) is a failure of its run, not a
+missing item: as in evaluation's figures it is not solved and its reward counts as 0,
+and the failures of each run are reported.
+
+A run folder is what ``swarmrl train`` / ``swarmrl eval`` wrote into ``--out``
+(``card.json`` and ``rollouts.jsonl``). ``RUN@VERSION`` keeps only the rollouts played
+on that policy version: a train run holds several val evaluations (before, after, every
+``--eval-every``), each pinned to one version, and comparing its val without naming one
+is refused rather than pooled.
 """
 
 from __future__ import annotations
@@ -39,12 +45,16 @@ class Paired:
     """Two evaluations of the same items, compared item by item (module docstring)."""
 
     items: int
-    """Items both runs finished (failed rollouts left out)."""
+    """Items both runs evaluated (failed rollouts included)."""
     mean_reward_a: float
+    """Mean per-item reward (a failed rollout's reward counts as 0, as in evaluation)."""
     mean_reward_b: float
     reward_diff: float
     """Mean per-item reward of B minus A's."""
     reward_diff_ci95: tuple[float, float]
+    failed_a: int = 0
+    """A's rollouts that failed for good (retries spent): not solved, reward 0."""
+    failed_b: int = 0
     success_a: float | None = None
     success_b: float | None = None
     success_diff_ci95: tuple[float, float] | None = None
@@ -55,6 +65,9 @@ class Paired:
 
     def __str__(self) -> str:
         lines = [f"{self.items} items paired"]
+        if self.failed_a or self.failed_b:
+            lines.append(f"failed rollouts (not solved, reward 0): A {self.failed_a}, "
+                         f"B {self.failed_b}")
         if self.success_a is not None and self.success_b is not None:
             low, high = self.success_diff_ci95 or (float("nan"), float("nan"))
             line = (f"success: A {self.success_a:.3f}, B {self.success_b:.3f}, "
@@ -71,11 +84,33 @@ class Paired:
 
 
 def _per_item(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    """Each item's rollouts, each by its last attempt. A failed attempt that was retried
+    (as a fresh episode) is recorded too; per item, each row of attempt j + 1 is the retry
+    of a failed row of attempt j, which is dropped."""
+    by_item: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        if not row.get("error") and row.get("reward") is not None:
-            out[str(row["item_id"])].append(row)
+        by_item[str(row["item_id"])].append(row)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for item, item_rows in by_item.items():
+        levels: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for row in item_rows:
+            levels[int(row.get("attempt") or 0)].append(row)
+        final: list[dict[str, Any]] = []
+        for attempt, level in sorted(levels.items()):
+            retried = len(levels.get(attempt + 1, []))
+            failed = [r for r in level if _failed(r)]
+            final += [r for r in level if not _failed(r)] + failed[retried:]
+        out[item] = final
     return out
+
+
+def _failed(row: dict[str, Any]) -> bool:
+    """A rollout that failed for good has no reward (one a `PolicyError` scored has one)."""
+    return row.get("reward") is None
+
+
+def _reward(row: dict[str, Any]) -> float:
+    return 0.0 if _failed(row) else float(row["reward"])
 
 
 def paired(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]]) -> Paired:
@@ -88,21 +123,24 @@ def paired(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]]) -
         raise ValueError(f"the runs evaluated different items ({len(set(a) - set(b))} only "
                          f"in A, {len(set(b) - set(a))} only in B)")
     if not a:
-        raise ValueError("no finished rollout to compare")
+        raise ValueError("no rollout to compare")
     items = sorted(a)
 
     def mean(values: Sequence[float]) -> float:
         return sum(values) / len(values)
 
-    reward_a = [mean([r["reward"] for r in a[i]]) for i in items]
-    reward_b = [mean([r["reward"] for r in b[i]]) for i in items]
+    reward_a = [mean([_reward(r) for r in a[i]]) for i in items]
+    reward_b = [mean([_reward(r) for r in b[i]]) for i in items]
     diffs = [y - x for x, y in zip(reward_a, reward_b, strict=True)]
     out: dict[str, Any] = {
         "items": len(items), "mean_reward_a": mean(reward_a), "mean_reward_b": mean(reward_b),
-        "reward_diff": mean(diffs), "reward_diff_ci95": bootstrap_mean(diffs)}
-    if all(r.get("success") is not None for i in items for r in a[i] + b[i]):
-        share_a = [mean([float(r["success"]) for r in a[i]]) for i in items]
-        share_b = [mean([float(r["success"]) for r in b[i]]) for i in items]
+        "reward_diff": mean(diffs), "reward_diff_ci95": bootstrap_mean(diffs),
+        "failed_a": sum(_failed(r) for i in items for r in a[i]),
+        "failed_b": sum(_failed(r) for i in items for r in b[i])}
+    # Over every rollout, as evaluation's figures: a failed one is not solved.
+    if all(r.get("success") is not None for i in items for r in a[i] + b[i] if not _failed(r)):
+        share_a = [mean([float(bool(r.get("success"))) for r in a[i]]) for i in items]
+        share_b = [mean([float(bool(r.get("success"))) for r in b[i]]) for i in items]
         out.update(success_a=mean(share_a), success_b=mean(share_b),
                    success_diff_ci95=bootstrap_mean(
                        [y - x for x, y in zip(share_a, share_b, strict=True)]))
@@ -111,6 +149,20 @@ def paired(rows_a: Sequence[dict[str, Any]], rows_b: Sequence[dict[str, Any]]) -
             only_b = sum(y > x for x, y in zip(share_a, share_b, strict=True))
             out.update(only_a=only_a, only_b=only_b, mcnemar_p=mcnemar_exact(only_a, only_b))
     return Paired(**out)
+
+
+def _versions(rows: Sequence[dict[str, Any]]) -> list[tuple[int, ...]]:
+    """Each row's policy versions. A failed rollout has none of its own (it may not have
+    reached the model); it belongs to the evaluation that recorded it, whose rows were
+    appended around it as they finished: it takes the versions of the nearest finished
+    row before it (after it, for the first rows)."""
+    own = [tuple(r.get("policy_versions") or ()) for r in rows]
+    out, last = [], None
+    for versions in own:
+        last = versions or last
+        out.append(last)
+    first = next((v for v in own if v), ())
+    return [v if v is not None else first for v in out]
 
 
 def _load(spec: str, split: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -124,8 +176,15 @@ def _load(spec: str, split: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                              "train or eval holds one)")
     card = json.loads(card_path.read_text())
     rows = [r for r in read_rollouts(rows_path) if r.get("split") == split]
+    evaluations = [e for e in card.get("evals", []) if e.get("split") == split]
     if version:
-        rows = [r for r in rows if r.get("policy_versions") == [int(version)]]
+        wanted = int(version)
+        rows = [r for r, v in zip(rows, _versions(rows), strict=True) if v == (wanted,)]
+    elif len(evaluations) > 1:
+        names = ", ".join(f"{e['name']} (version {e.get('pinned_version')})"
+                          for e in evaluations)
+        raise ValueError(f"{spec} holds {len(evaluations)} {split} evaluations ({names}): "
+                         f"name one as {folder}@VERSION, not their rollouts pooled")
     if not rows:
         raise ValueError(f"{spec}: no {split} rollouts" + (f" on version {version}"
                                                             if version else ""))

@@ -35,27 +35,31 @@ def test_mcnemar_exact_is_the_binomial_test_of_the_discordant_items(
 
 
 def _row(item: int, success: bool, *, version: int = 0, split: str = "test",
-         error: str = "") -> dict[str, object]:
+         error: str = "", attempt: int = 0) -> dict[str, object]:
+    if error:  # as the runner records a failed rollout: no reward, no success, no version
+        return {"split": split, "item_id": f"{split}/{item}", "reward": None,
+                "success": None, "error": error, "policy_versions": [], "attempt": attempt}
     return {"split": split, "item_id": f"{split}/{item}", "reward": float(success),
             "success": success, "error": error, "policy_versions": [version]}
 
 
-def _run(folder: Path, rows: list[dict[str, object]], sha: str = "abc") -> Path:
+def _run(folder: Path, rows: list[dict[str, object]], sha: str = "abc",
+         evals: list[dict[str, object]] | None = None) -> Path:
     folder.mkdir()
     (folder / "card.json").write_text(json.dumps({
-        "env": {"spec": "m:E"}, "splits": {"test": {"sha256": sha}, "val": {"sha256": "v"}}}))
+        "env": {"spec": "m:E"}, "splits": {"test": {"sha256": sha}, "val": {"sha256": "v"}},
+        "evals": evals or []}))
     (folder / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
 
 
 def test_runs_are_paired_item_by_item(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                       ) -> None:
-    # 10 items: both solve 0-3, only B solves 4-8, only A solves 9; a failed rollout of
-    # item 10 in A and its pair in B are left out (no figure for a failed rollout).
-    a = [_row(i, i < 4 or i == 9) for i in range(10)] + [_row(10, False, error="timeout")]
+    # 10 items: both solve 0-3, only B solves 4-8, only A solves 9.
+    a = [_row(i, i < 4 or i == 9) for i in range(10)]
     b = [_row(i, i < 9) for i in range(11)]
     with pytest.raises(ValueError, match="different items"):
-        paired(a, b)
+        paired(a, b)  # item 10 only in B
     b = b[:10]
     result = paired(a, b)
     assert (result.items, result.only_a, result.only_b) == (10, 1, 5)
@@ -86,3 +90,41 @@ def test_runs_of_other_items_are_refused(tmp_path: Path, capsys: pytest.CaptureF
     assert "no test rollouts on version 7" in capsys.readouterr().err
     assert main(["compare", str(run_a), str(tmp_path / "missing")]) == 2
     assert "no card.json" in capsys.readouterr().err
+
+
+def test_a_failed_rollout_is_a_failure_not_another_item(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 3 failed in A (a timeout; an earlier attempt of item 2 failed and was retried):
+    the runs still evaluated the same items; A's failure is not solved and has no reward."""
+    a = [_row(i, True) for i in range(2)] + [_row(2, False, error="server: UNAVAILABLE"),
+                                             {**_row(2, True), "attempt": 1},
+                                             _row(3, False, error="timed out")]
+    b = [_row(i, True) for i in range(4)]
+    result = paired(a, b)
+    assert (result.items, result.failed_a, result.failed_b) == (4, 1, 0)
+    assert (result.success_a, result.success_b) == (0.75, 1.0)
+    assert (result.only_a, result.only_b) == (0, 1)
+    assert result.reward_diff == 0.25  # the failure's reward counts as 0
+    run_a, run_b = _run(tmp_path / "a", a), _run(tmp_path / "b", b)
+    assert main(["compare", str(run_a), str(run_b)]) == 0
+    assert "failed rollouts (not solved, reward 0): A 1, B 0" in capsys.readouterr().out
+
+
+def test_val_evaluations_are_not_pooled_without_a_version(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A train run's val holds an evaluation per pinned version: comparing its val needs
+    RUN@VERSION; named, a version keeps its own rollouts (a failed one included)."""
+    evals = [{"name": "before", "split": "val", "pinned_version": 0},
+             {"name": "after", "split": "val", "pinned_version": 4}]
+    rows = ([_row(i, False, split="val") for i in range(3)]
+            + [_row(0, True, version=4, split="val"), _row(1, False, split="val", error="x"),
+               _row(2, True, version=4, split="val")])
+    run = _run(tmp_path / "a", rows, evals=evals)
+    assert main(["compare", str(run), str(run), "--split", "val"]) == 2
+    err = capsys.readouterr().err
+    assert "2 val evaluations (before (version 0), after (version 4))" in err
+    assert f"name one as {run}@VERSION" in err
+    assert main(["compare", f"{run}@0", f"{run}@4", "--split", "val", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["items"], figures["only_b"], figures["success_b"]) == (3, 2, 2 / 3)
+    assert (figures["failed_a"], figures["failed_b"]) == (0, 1)  # item 1 failed on version 4
