@@ -57,7 +57,15 @@ def training_port(swarm: Swarm, host: ModelHost, *, weight_sync: str = "wait") -
         metrics=swarm.telemetry, pause=swarm.pauses.holder(TRAINER, host.name),
         weights=EngineWeights(swarm, host, interrupt=weight_sync == "interrupt"),
         active_sessions=swarm.active_session_ids,
+        open_groups=lambda: open_groups(swarm, host.name),
     )
+
+
+def open_groups(swarm: Swarm, model: str) -> set[tuple[str, str]]:
+    """(task id, group id) of the open episodes that list `model`: the groups its trainer
+    must not plan yet (trainer.batching's seal)."""
+    return {(r.task_id, r.group_id) for r, _, _ in swarm.episodes.open_episodes()
+            if model in r.models}
 
 
 class EngineWeights:

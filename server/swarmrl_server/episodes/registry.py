@@ -95,6 +95,8 @@ class EpisodeRegistry:
         when the seconds are up (`Pauses.wait_generating`)."""
         self._require_session = require_session
         self._on_ended = on_ended
+        """Told of each ended episode in the step it leaves the open set: it must hand it
+        on before its first await (a trainer's seal of groups counts on it)."""
         self._telemetry = telemetry
         self._open: dict[str, _Open] = {}
         self._inflight: dict[str, int] = {}
@@ -425,12 +427,14 @@ class EpisodeRegistry:
                 episode_id, EpisodeState.ENDED, reward=final, request_id=request_id,
                 model_rewards={m: float(v) for m, v in (model_rewards or {}).items()},
             )
+            record = await self.get(episode_id, caller=caller)
+            # Out of the open set and to the trainers in one step: a trainer never sees it
+            # neither open nor ended (trainer.batching seals a group while one is open).
             del self._open[episode_id]
+            if self._on_ended is not None:
+                await self._on_ended(record)
         if self._telemetry is not None:
             self._telemetry.episode_finished(EpisodeState.ENDED.value)
-        record = await self.get(episode_id, caller=caller)
-        if self._on_ended is not None:
-            await self._on_ended(record)
         return record
 
     async def abort(

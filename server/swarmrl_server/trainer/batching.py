@@ -4,7 +4,23 @@ Episodes with the same task id and group id are cut into groups of `group_size`
 in the order they ended (with `group_size=0` a group is simply everything that
 shares the ids). A group is *complete* once it is full; partial groups wait
 (unless `partial_groups=train`), because a GRPO/RLOO baseline computed from half
-a group is biased. A batch is ready by one of four rules:
+a group is biased.
+
+Groups are never split. A group that an episode still open (started, neither ended
+nor aborted) would join is *sealed* and never planned, with `partial_groups=train`
+too: with `group_size=N`, the partial group of ids that have an open episode listing
+this model; with `group_size=0`, the whole group of those ids. It becomes plannable
+when its last open episode ends (the trainer is woken) or is aborted, by its client
+or by the reaper when its session's lease lapses (the trainer's next poll, within a
+second). Clients end a group's episodes one RPC at a time, so without the seal a plan
+made between two ends would train half the group; the seal is the server's, so it
+holds for every client (the SDK's runner, stubs, the OpenAI shim's), with no batch RPC
+to remember to call. Complete groups are never sealed: no open episode can join a
+full group. A client that reuses one group id for a stream of overlapping episodes
+(with `group_size=0`, or partial groups trained) has its groups wait until a moment
+when none of them is open.
+
+A batch is ready by one of four rules:
 
 - ``episodes``: complete groups holding at least `batch_size` episodes;
 - ``groups``: `batch_size` complete groups;
@@ -40,6 +56,8 @@ class Group:
     complete: bool
     model: str = ""
     """The model being trained: its own rewards count (else the episodes')."""
+    sealed: bool = False
+    """An episode still open would join it: it is not planned (the module's rule)."""
 
     @property
     def uniform(self) -> bool:
@@ -68,19 +86,26 @@ def _order(e: EpisodeRecord) -> tuple[float, str]:
 
 
 def make_groups(
-    episodes: Sequence[EpisodeRecord], group_size: int, model: str = ""
+    episodes: Sequence[EpisodeRecord], group_size: int, model: str = "",
+    open_groups: Collection[tuple[str, str]] = (),
 ) -> list[Group]:
-    """Cuts episodes into groups, oldest complete groups first, partial groups last."""
+    """Cuts episodes into groups, oldest complete groups first, partial groups last.
+    `open_groups`: (task id, group id) of the episodes still open that list `model`;
+    the groups those would join are sealed."""
     by_key: dict[tuple[str, str], list[EpisodeRecord]] = {}
     for e in sorted(episodes, key=_order):
         by_key.setdefault((e.task_id, e.group_id), []).append(e)
     groups: list[Group] = []
     for (task_id, group_id), members in by_key.items():
         size = group_size or len(members)
+        still_open = (task_id, group_id) in open_groups
         for i in range(0, len(members), size):
             chunk = members[i : i + size]
             uid = f"{task_id}/{group_id}/{chunk[0].episode_id}"
-            groups.append(Group(uid, task_id, chunk, complete=len(chunk) == size, model=model))
+            # An open episode ends after every ended one, so it joins the last chunk.
+            full = len(chunk) == size and group_size > 0
+            groups.append(Group(uid, task_id, chunk, complete=len(chunk) == size, model=model,
+                                sealed=still_open and not full))
     groups.sort(key=lambda g: (not g.complete, g.last_end, g.uid))
     return groups
 
@@ -105,18 +130,21 @@ class Batcher:
         self.declared.add(session_id)
 
     def plan(
-        self, episodes: Sequence[EpisodeRecord], active_sessions: Collection[str] = ()
+        self, episodes: Sequence[EpisodeRecord], active_sessions: Collection[str] = (),
+        open_groups: Collection[tuple[str, str]] = (),
     ) -> BatchPlan | None:
         """The batch to train now, or None while it is not ready.
 
+        `open_groups`: (task id, group id) of the episodes still open that list this
+        model; the groups they would join are sealed, never planned (the module's rule).
         A plan with no groups but with dropped episodes is returned too, so the caller
         can account for them (mark them consumed, count them).
         """
         plan = BatchPlan()
         ready: list[Group] = []
         waiting = 0
-        for g in make_groups(episodes, self.group_size, self.model):
-            if not (g.complete or self.train_partial):
+        for g in make_groups(episodes, self.group_size, self.model, open_groups):
+            if g.sealed or not (g.complete or self.train_partial):
                 waiting += 1
                 continue
             if self.rule == "varied_groups" and g.uniform:

@@ -92,7 +92,8 @@ class TrainerConfig:
     of this size in the order they ended. 0 = a group is whatever shares the ids."""
     partial_groups: str = "wait"
     """wait: a group trains only once it has group_size episodes; train: partial groups
-    train too."""
+    train too, once no episode of theirs is open (a group is never split: while an
+    episode that would join it is open, it waits, whatever this says; trainer/batching.py)."""
     task_mix: str = ""
     """Each task's share of a batch, e.g. math:2,code:1 (batch rules episodes, groups and
     varied_groups): batch_size episodes (or groups) split by these weights, largest

@@ -10,7 +10,7 @@ can build one from fakes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -99,3 +99,6 @@ class TrainingPort:
     weights: WeightsOut
     active_sessions: Callable[[], set[str]]
     """Ids of the client sessions whose lease is live (batch_rule=clients)."""
+    open_groups: Callable[[], Collection[tuple[str, str]]]
+    """(task id, group id) of the episodes still open that list the model: the groups
+    they would join are sealed, never planned (trainer.batching)."""

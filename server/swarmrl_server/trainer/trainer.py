@@ -233,10 +233,12 @@ class Trainer:
         trainer's own generation pause, so the model keeps generating at one version.
         Returns (policy version, step). Holds of different holders stack; holding again
         keeps the holder's one hold and re-binds it."""
-        check_binding(session_id, lease_s)  # refused before waiting out a step
+        # Refused before waiting out a step; checked again after (a session may end).
+        check_binding(session_id, lease_s, self.port.active_sessions())
         async with self._lock:  # a step in progress ends, weights served, before this
             hold, new = self._holds.take(holder, reason, session_id=session_id,
-                                         lease_s=lease_s, now=time.time())
+                                         lease_s=lease_s, now=time.time(),
+                                         live_sessions=self.port.active_sessions())
         await self._resume_generation()
         log.info("trainer_held" if new else "trainer_hold_renewed", model=self.name,
                  holder=holder, reason=hold.reason, session_id=session_id or None,
@@ -351,16 +353,22 @@ class Trainer:
         await self.port.pause.release()
 
     async def _next_plan(self) -> BatchPlan | None:
-        new, self._new = self._new, []
-        for episode_id in new:
-            record = await self.port.store.get_episode(episode_id, with_calls=True)
-            if record is None or record.state is not EpisodeState.ENDED:
-                continue
-            if any(c.model == self.name for c in record.calls):
-                self._pending[episode_id] = record
-            else:
-                self.not_called += 1
-        return self.batcher.plan(list(self._pending.values()), self.port.active_sessions())
+        # Drained until no episode ended while the store was read: then, with no await
+        # before the plan, each ended episode is pending here or still open to the
+        # registry, never neither (it hands an episode over in the step it leaves its open
+        # set), so the batcher's seal of groups with an open episode holds.
+        while self._new:
+            new, self._new = self._new, []
+            for episode_id in new:
+                record = await self.port.store.get_episode(episode_id, with_calls=True)
+                if record is None or record.state is not EpisodeState.ENDED:
+                    continue
+                if any(c.model == self.name for c in record.calls):
+                    self._pending[episode_id] = record
+                else:
+                    self.not_called += 1
+        return self.batcher.plan(list(self._pending.values()), self.port.active_sessions(),
+                                 self.port.open_groups())
 
     def _rows(self, plan: BatchPlan, dropped: dict[str, list[EpisodeRecord]]
               ) -> tuple[list[EpisodeRows], list[int], MergeStats]:
