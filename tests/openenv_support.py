@@ -9,6 +9,9 @@ by OpenEnv's own server), for the adapter's tests (`tests/sdk/envs/test_envs_ope
   ``get_weather(city)`` reads a city's temperature; ``submit(city)`` answers, and the
   environment's ``step`` sets reward and done on that tool result (an MCP tool result
   has neither by itself). Every tool call is recorded in `WeatherDesk.calls`.
+- `Riddle`: a question game whose ``reset(seed)`` maps many seeds to one of four
+  questions, stated in the reset observation: seed ranges that look disjoint share
+  problems, which only a check on the observation sees.
 """
 
 from __future__ import annotations
@@ -137,6 +140,40 @@ class WeatherDesk(MCPEnvironment):
     def _step_impl(self, action: Action, timeout_s: float | None = None,
                    **kwargs: Any) -> Observation:
         return Observation(metadata={"error": f"unknown action {type(action).__name__}"})
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+QUESTIONS = ("What has keys but no locks?", "What has a neck but no head?",
+             "What gets wetter as it dries?", "What has hands but cannot clap?")
+
+
+class RiddleAction(Action):
+    answer: str
+
+
+class RiddleObservation(Observation):
+    question: str = ""
+
+
+class Riddle(Environment[RiddleAction, RiddleObservation, State]):
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State()
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None,
+              **kwargs: Any) -> RiddleObservation:
+        self._state = State(episode_id=episode_id, step_count=0)
+        return RiddleObservation(question=QUESTIONS[(seed or 0) % len(QUESTIONS)])
+
+    def step(self, action: RiddleAction, timeout_s: float | None = None,
+             **kwargs: Any) -> RiddleObservation:
+        self._state.step_count += 1
+        return RiddleObservation(reward=0.0, done=True)
 
     @property
     def state(self) -> State:

@@ -18,7 +18,12 @@ _CODE = re.compile(r"\(code: ([A-Z_]+)\)\s*$")
 
 
 class ServerError(RuntimeError):
-    """An error frame of the environment server, with its code (VALIDATION_ERROR, ...)."""
+    """An error frame of the environment server, with its code (VALIDATION_ERROR, ...).
+
+    OpenEnv's client gives only text: ``RuntimeError("Server error: MESSAGE (code:
+    CODE)")`` in 0.10 (the version `swarmrl.envs.openenv` checks at load). A frame whose
+    code cannot be read keeps ``code`` empty: it is raised as the environment's failure,
+    never taken for a model's invalid action or a full server."""
 
     def __init__(self, error: RuntimeError) -> None:
         super().__init__(str(error))

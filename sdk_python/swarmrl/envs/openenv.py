@@ -38,11 +38,34 @@ when that is a number), or ``reward="state:KEY"``. ``tool_choice="required"`` fo
 tool call each turn (the OpenAI shim's ``tool_choice``; the call then goes through the
 rollout's OpenAI client instead of the SDK's chat, which has no such option).
 
+**Cut calls.** A reply cut by the token limit (``finish_reason`` "length") that carries
+tool calls ends the rollout as truncated: its calls are neither stepped nor sent back
+(their arguments are cut mid-JSON, and the swarm server refuses such a message). The
+cut is the policy's doing, so the rollout keeps the reward the environment gave it so
+far, trains, and says so: ``ended_by`` "length", metric ``truncated`` 1.
+
 **Items.** Without hooks that give items, a split is a range of seeds: ``train``,
 ``val``, ``test`` are counts (from seed 0, 1_000_000 and 2_000_000) or ``[start, stop]``
-ranges (defaults 10_000, 20, 20). An OpenEnv server shows no content before ``reset``,
-so the held-out check compares seeds: keep the ranges disjoint. Other arguments: `OpenEnv`;
-hooks (``hooks=module:attr``, a `Hooks` subclass or instance): `Hooks`, per method.
+ranges (defaults 10_000, 20, 20). The held-out check (val and test never trained)
+compares each item's content, and an OpenEnv server shows none before ``reset``, so
+``held_out`` says what an item's content is:
+
+- ``"seed"`` (default): the seed. An environment whose ``reset(seed)`` maps several
+  seeds to one problem leaks val and test into train unseen, so the adapter says so,
+  loudly, when it lists items (a warning, and ``held_out`` in `describe`, hence the card).
+  Most games hide their problem in the state (a secret word, hidden temperatures), so
+  the reset observation alone cannot tell their problems apart.
+- ``"observation"``: the reset observation (its fields and metadata, canonical JSON),
+  for environments whose observation states the problem (a question, a puzzle): val
+  and test are reset once each when listed, train items one by one as they are drawn
+  (a stream, not cycled). Equal observations are the same problem: a train seed that
+  resets to a val or test item's problem is skipped, as are duplicates across val/test
+  refused.
+
+Other arguments: `OpenEnv`; hooks (``hooks=module:attr``, a `Hooks` subclass or
+instance): `Hooks`, per method.
+
+The OpenEnv version is checked at load (`OPENENV_VERSION`).
 """
 
 from __future__ import annotations
@@ -51,20 +74,27 @@ import asyncio
 import contextlib
 import importlib
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import structlog
 
 from swarmrl.envs._api import Environment, Item, Outcome, Rollout, Split
 from swarmrl.envs._load import _python_object
+from swarmrl.envs._openenv_hooks import Hooks, Step, step_of
 from swarmrl.envs._openenv_server import LocalServer, ServerError, get_json
+from swarmrl.envs._versions import check_version
 
-__all__ = ["Hooks", "OpenEnv", "Step", "load"]
+__all__ = ["OPENENV_VERSION", "Hooks", "OpenEnv", "Step", "load"]
+
+OPENENV_VERSION = "0.10.0"
+"""The OpenEnv release the adapter was built and tested for (checked at load)."""
+_log = structlog.get_logger("swarmrl.envs")
 
 _SEED_BASE = {"train": 0, "val": 1_000_000, "test": 2_000_000}
 _DEFAULT_COUNTS = {"train": 10_000, "val": 20, "test": 20}
-_TEXT_KEYS = ("prompt", "text", "message", "feedback", "output", "content", "observation")
 
 
 def load(spec: str, **args: Any) -> OpenEnv:
@@ -72,120 +102,24 @@ def load(spec: str, **args: Any) -> OpenEnv:
     return OpenEnv(spec, **args)
 
 
-@dataclass(frozen=True)
-class Step:
-    """One answer of the environment server: to ``reset``, or to a ``step``."""
+def _run_apart(coro: Any) -> Any:
+    """Runs `coro` to its end on an event loop of its own, in a thread of its own: the
+    caller may be a synchronous method called on (or off) a running loop."""
+    result: list[Any] = []
+    error: list[BaseException] = []
 
-    observation: dict[str, Any]
-    """The observation's own fields (the environment's Observation class, as JSON)."""
-    reward: float | None = None
-    done: bool = False
-    metadata: dict[str, Any] = field(default_factory=dict)
+    def run() -> None:
+        try:
+            result.append(asyncio.run(coro))
+        except BaseException as exc:  # re-raised in the caller's thread
+            error.append(exc)
 
-
-class Hooks:
-    """How observations become chat messages and replies become actions.
-
-    Subclass it and override what your environment needs; name it with
-    ``--env-arg hooks=package.module:attr`` (a subclass, or an instance). `action_schema`
-    (the server's action JSON schema) and `tools` (OpenAI tools, for tool environments)
-    are set before the first rollout.
-    """
-
-    action_schema: dict[str, Any]
-    tools: list[dict[str, Any]]
-
-    def items(self, split: Split) -> Iterable[Item] | None:
-        """The split's items; None (default): seeds from the ``train``/``val``/``test``
-        arguments. Each item's `data` goes to `reset_args`."""
-        return None
-
-    def reset_args(self, item: Item) -> dict[str, Any]:
-        """Keyword arguments of ``reset`` (default: the item's data, e.g. ``seed``)."""
-        return dict(item.data)
-
-    def start(self, step: Step) -> list[dict[str, Any]]:
-        """The conversation's opening messages for the reset observation `step`. Default:
-        `system` (when there is one), then `render` of the observation as the user's."""
-        system = self.system()
-        return ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": self.render(step)}]
-
-    def system(self) -> str | None:
-        """The system message (default: none, or the JSON action format when an action
-        has more than one field)."""
-        fields = _action_fields(self.action_schema)
-        if self.tools or len(fields) == 1:
-            return None
-        return ("Reply with one JSON object, an action of this schema:\n"
-                + json.dumps(self.action_schema, sort_keys=True))
-
-    def render(self, step: Step) -> str:
-        """An observation as the user message's text. Default: its only string field, or
-        the first of prompt/text/message/feedback/output/content/observation, else the
-        fields (without metadata; metadata when there are none) as JSON."""
-        fields = {k: v for k, v in step.observation.items() if k != "metadata"}
-        fields = fields or step.metadata or step.observation.get("metadata") or {}
-        strings = [v for v in fields.values() if isinstance(v, str)]
-        if len(strings) == 1:
-            return strings[0]
-        for key in _TEXT_KEYS:
-            if isinstance(fields.get(key), str):
-                return str(fields[key])
-        return json.dumps(fields, sort_keys=True, default=str)
-
-    def action(self, reply: str, step: Step) -> dict[str, Any] | None:
-        """The model's reply (text) as an action for ``step``; None ends the rollout.
-        Default: an action with one field gets the stripped reply; otherwise the reply's
-        first JSON object (an unparsable reply is sent as-is, so the server's
-        validation error tells the model what was wrong)."""
-        fields = _action_fields(self.action_schema)
-        if len(fields) == 1:
-            return {fields[0]: reply.strip()}
-        start, end = reply.find("{"), reply.rfind("}")
-        with contextlib.suppress(ValueError):
-            parsed = json.loads(reply[start:end + 1]) if 0 <= start < end else None
-            if isinstance(parsed, dict):
-                return parsed
-        return {"reply": reply}
-
-    def tool_result(self, step: Step) -> str:
-        """A tool call's observation as the ``tool`` message's content. Default: the MCP
-        result's text parts, its data, or the error."""
-        obs = step.observation
-        if obs.get("error"):
-            error = obs["error"]
-            return f"error: {error.get('message', error) if isinstance(error, dict) else error}"
-        result = obs.get("result")
-        if isinstance(result, dict):
-            texts = [c.get("text", "") for c in result.get("content") or []
-                     if isinstance(c, dict) and c.get("type") == "text"]
-            if texts:
-                return "\n".join(texts)
-            if result.get("data") is not None:
-                return _text(result["data"])
-        return _text(result)
-
-    def outcome(self, outcome: Outcome, steps: list[Step]) -> Outcome:
-        """The rollout's outcome from the default one (reward as configured, success from
-        ``success_at``, metrics) and every step the rollout made (reset first)."""
-        return outcome
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
-
-
-def _action_fields(schema: Mapping[str, Any]) -> list[str]:
-    return [k for k in (schema.get("properties") or {}) if k != "metadata"]
-
-
-def _step(result: Any) -> Step:
-    """OpenEnv's ``StepResult`` (from ``GenericEnvClient``) as a `Step`."""
-    reward = result.reward
-    return Step(observation=dict(result.observation or {}),
-                reward=float(reward) if reward is not None else None,
-                done=bool(result.done), metadata=dict(result.metadata or {}))
+    thread = threading.Thread(target=run, name="openenv-items")
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return result[0]
 
 
 class OpenEnv(Environment):
@@ -212,6 +146,7 @@ class OpenEnv(Environment):
         max_sessions: int | None = None,
         message_timeout_s: float = 60.0,
         capacity_wait_s: float = 120.0,
+        held_out: str = "seed",
     ) -> None:
         """
         Args:
@@ -240,11 +175,19 @@ class OpenEnv(Environment):
                 limit here (a server at capacity is retried for ``capacity_wait_s``).
             message_timeout_s: OpenEnv client's wait for each answer of the server.
             capacity_wait_s: How long a session refused with ``CAPACITY_REACHED`` is retried.
+            held_out: What the held-out check compares: ``"seed"`` or the reset
+                ``"observation"`` (module docstring, Items).
         """
         if reward not in ("sum", "last") and not reward.startswith("state:"):
             raise ValueError(f"reward={reward!r}: expected sum, last or state:KEY")
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        if held_out not in ("seed", "observation"):
+            raise ValueError(f"held_out={held_out!r}: expected seed or observation")
+        check_version("openenv", OPENENV_VERSION, "swarmrl.envs.openenv")
+        self.held_out = held_out
+        self._warned_seeds = False
+        self._serve_lock = threading.Lock()
         self.spec = spec
         self.remote = spec.startswith(("http://", "https://", "ws://", "wss://"))
         self._env_obj: Any = None if self.remote else _python_object(spec)
@@ -289,7 +232,8 @@ class OpenEnv(Environment):
                 "env_args": self._env_args, "max_steps": self.max_steps,
                 "reward": self.reward_mode, "success_at": self.success_at,
                 "splits": self._splits, "tool_choice": self.tool_choice,
-                "end_tool": self.end_tool, "max_sessions": self.max_sessions}
+                "end_tool": self.end_tool, "max_sessions": self.max_sessions,
+                "held_out": self.held_out}
 
     # -- items ----------------------------------------------------------------------------
 
@@ -306,8 +250,39 @@ class OpenEnv(Environment):
             start, stop = int(spec[0]), int(spec[1])
         else:
             raise ValueError(f"{split}={spec!r}: expected a count or [start, stop]")
+        seeds = range(start, stop)
+        if self.held_out == "observation":
+            listed = (self._observed_item(split, seed) for seed in seeds)
+            return listed if split == "train" else list(listed)
+        if not self._warned_seeds:
+            self._warned_seeds = True
+            _log.warning("openenv_held_out_by_seed", env=self.name, detail=(
+                "the held-out check compares seeds only: an environment whose reset maps "
+                "several seeds to one problem leaks val/test into train unseen; pass "
+                "--env-arg held_out=observation if its reset observation states the problem"))
         return [Item(f"{split}-{seed}", {"seed": seed}, task=self.name,
-                     content=f"{self.name} seed {seed}") for seed in range(start, stop)]
+                     content=f"{self.name} seed {seed}") for seed in seeds]
+
+    def _observed_item(self, split: Split, seed: int) -> Item:
+        """The seed's item, its content the reset observation (a session of its own,
+        run on a loop of its own: `items` is synchronous)."""
+        item = Item(f"{split}-{seed}", {"seed": seed}, task=self.name)
+        args = self.hooks.reset_args(item)
+
+        async def observe() -> Step:
+            client_cls = importlib.import_module("openenv.core.generic_client").GenericEnvClient
+            client = client_cls(base_url=self.url, message_timeout_s=self.message_timeout_s)
+            try:
+                return await self._reset(client, args)
+            finally:
+                await client.close()
+
+        self._ensure_served()
+
+        step = _run_apart(observe())
+        content = json.dumps({"observation": step.observation, "metadata": step.metadata},
+                             sort_keys=True, separators=(",", ":"), default=str)
+        return Item(item.id, item.data, task=self.name, content=f"{self.name} {content}")
 
     # -- the server and its sessions ------------------------------------------------------
 
@@ -317,8 +292,7 @@ class OpenEnv(Environment):
         async with self._start_lock:
             if self._started:
                 return
-            if not self.remote:
-                await asyncio.to_thread(self._serve)
+            await asyncio.to_thread(self._ensure_served)
             self._sessions = asyncio.Semaphore(self.max_sessions) if self.max_sessions else None
             schema = await asyncio.to_thread(get_json, self.url, "/schema")
             self.hooks.action_schema = dict(schema.get("action") or {})
@@ -327,6 +301,13 @@ class OpenEnv(Environment):
                                 else "tool_name" in props)
             self.hooks.tools = await self._list_tools() if self.is_tool_env else []
             self._started = True
+
+    def _ensure_served(self) -> None:
+        """Serves the environment class here, once (from any thread)."""
+        with self._serve_lock:
+            if self.remote or self._server is not None:
+                return
+            self._serve()
 
     def _serve(self) -> None:
         action, observation = (_python_object(c) if c else None for c in self._classes)
@@ -349,7 +330,7 @@ class OpenEnv(Environment):
 
     async def _call(self, coro: Any) -> Step:
         try:
-            return _step(await coro)
+            return step_of(await coro)
         except RuntimeError as exc:
             if str(exc).startswith("Server error:"):
                 raise ServerError(exc) from exc
@@ -396,8 +377,11 @@ class OpenEnv(Environment):
             messages = list(self.hooks.start(first))
             ended_by = "done" if first.done else "max_steps"
             while not steps[-1].done and counts["turns"] < self.max_steps:
-                message, text = await self._chat(rollout, messages)
+                message, text, finish = await self._chat(rollout, messages)
                 counts["turns"] += 1
+                if finish == "length" and message.get("tool_calls"):
+                    ended_by = "length"  # a call cut mid-arguments: the policy's doing
+                    break
                 messages.append(message)
                 if self.is_tool_env:
                     ended = await self._tool_turn(client, message, messages, steps, counts)
@@ -419,7 +403,7 @@ class OpenEnv(Environment):
         if ended_by == "max_steps" and steps[-1].done:
             ended_by = "done"
         metrics = {k: float(v) for k, v in counts.items()}
-        metrics["truncated"] = float(ended_by == "max_steps")
+        metrics["truncated"] = float(ended_by in ("max_steps", "length"))
         success = None if self.success_at is None else reward >= self.success_at
         outcome = Outcome(reward=float(reward), success=success, metrics=metrics,
                           info={"reset": {k: v for k, v in args.items() if k != "episode_id"},
@@ -427,13 +411,14 @@ class OpenEnv(Environment):
         return self.hooks.outcome(outcome, steps)
 
     async def _chat(self, rollout: Rollout, messages: list[dict[str, Any]]
-                    ) -> tuple[dict[str, Any], str]:
+                    ) -> tuple[dict[str, Any], str, str]:
         """One model call through the rollout's episode: the SDK's chat, or the episode's
-        OpenAI client when a ``tool_choice`` must be sent."""
+        OpenAI client when a ``tool_choice`` must be sent. Returns the reply as a
+        message, its text and its finish reason."""
         tools = self.hooks.tools or None
         if self.tool_choice is None or not tools:
             c = await rollout.chat(messages, tools=tools)
-            return c.message, c.text
+            return c.message, c.text, c.finish_reason
         client: Any = rollout.openai(max_retries=0)  # messages and tools are plain dicts
         r = await client.chat.completions.create(
             model=rollout.model, messages=messages, tools=tools, tool_choice=self.tool_choice,
@@ -445,7 +430,7 @@ class OpenEnv(Environment):
                 {"id": c.id, "type": "function",
                  "function": {"name": c.function.name, "arguments": c.function.arguments}}
                 for c in reply.tool_calls if c.type == "function"]
-        return message, reply.content or ""
+        return message, reply.content or "", r.choices[0].finish_reason or ""
 
     async def _text_turn(self, client: Any, text: str, messages: list[dict[str, Any]],
                          steps: list[Step], counts: dict[str, int]) -> str:

@@ -11,11 +11,16 @@ server for ``openenv:http://...``). Against a real swarm server on the tiny mode
   consumed; the trainer steps;
 - a tool environment's tool calls round-trip: the model's call reaches the tool with its
   arguments, and the tool's result is in the next call's prompt; the reward its
-  author set on ``submit`` is the episode's reward.
+  author set on ``submit`` is the episode's reward;
+- forced tool calls cut by the token limit end their rollouts as truncated, which
+  train; no rollout fails on the cut call sent back (the server's 400);
+- the held-out check sees seeds that reset to one problem when items carry the reset
+  observation, and says loudly when it compares seeds only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -230,3 +235,65 @@ def test_items_are_seed_ranges_or_the_hooks() -> None:
     with pytest.raises(TypeError, match="Hooks subclass"):
         OpenEnv("http://127.0.0.1:1", hooks="tests.openenv_support:WordGuess")
     assert OpenEnv("tests.openenv_support:WordGuess").name == "WordGuess"
+
+
+@pytest.mark.slow
+def test_cut_tool_calls_end_rollouts_as_truncated_and_train(tmp_path: Path,
+                                                            model_cache: Path) -> None:
+    """`swarmrl train` (a real process) on the tool environment served on 127.0.0.1, a
+    real training server on the tiny model: every turn's call is forced
+    (``tool_choice=required``) and ``--max-tokens 6`` cuts it inside its arguments.
+    Sent back, the cut call would be refused (400) and its rollout failed; instead the
+    rollout ends as truncated with the reward the environment gave, and trains."""
+    out = tmp_path / "run"
+    log = train_attached(out, model_cache, [
+        "openenv:tests.openenv_support:WeatherDesk", "--env-arg", "tool_choice=required",
+        "--env-arg", "max_steps=3", "--env-arg", "train=6", "--env-arg", "val=2",
+        "--env-arg", "test=2", "--groups", "3", "--group-size", "2", "--max-tokens", "6",
+        "--temperature", "1.0", "--retries", "0"],
+        train_options={"batch_size": "2", "batch_rule": "groups"})
+    rows = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert rows and all(r["error"] == "" for r in rows), [r["error"] for r in rows]
+    assert "arguments must be a JSON object" not in log.read_text()
+    episodes = stored_episodes(out / "data")
+    cut = [r for r in rows if r["info"]["ended_by"] == "length"]
+    assert cut, [r["info"] for r in rows]
+    for r in cut:
+        calls = sorted(episodes[r["episode_id"]].calls, key=lambda c: c.seq)
+        assert r["metrics"]["truncated"] == 1.0 and r["reward"] == 0.0
+        assert len(calls) == r["metrics"]["turns"] and calls[-1].finish_reason == "length"
+    train = [r for r in cut if r["split"] == "train"]
+    assert train and all(r["trained"] for r in train)
+    for r in train:  # ended with their reward (not aborted): the trainer may use them
+        assert episodes[r["episode_id"]].state.value == "ended"
+    assert trained_episode_ids(out / "data") & {r["episode_id"] for r in train}
+
+
+def test_held_out_items_carry_the_reset_observation() -> None:
+    """Riddle's seeds 0, 4, 1_000_000 reset to one question: with ``held_out=observation``
+    their items share a digest (the runner skips such train items); by seed they do not,
+    and listing them says so loudly."""
+    from structlog.testing import capture_logs
+
+    env = OpenEnv("tests.openenv_support:Riddle", held_out="observation", train=8, val=2,
+                  test=[2_000_001, 2_000_002])
+    try:
+        val = env.items("val")
+        train = env.items("train")
+        assert isinstance(val, list) and not isinstance(train, list)  # train: drawn lazily
+        train_digests = {i.id: i.digest for i in train}
+        assert val[0].digest == train_digests["train-0"] == train_digests["train-4"]
+        assert val[1].digest == train_digests["train-1"] != val[0].digest
+        assert "keys but no locks" in (val[0].content or "")
+        assert env.describe()["held_out"] == "observation"
+    finally:
+        asyncio.run(env.close())
+    by_seed = OpenEnv("tests.openenv_support:Riddle", train=8, val=2)
+    with capture_logs() as logs:
+        val = list(by_seed.items("val"))
+        list(by_seed.items("train"))
+    assert not {i.digest for i in val} & {i.digest for i in by_seed.items("train")}
+    warned = [e for e in logs if e["event"] == "openenv_held_out_by_seed"]
+    assert len(warned) == 1 and "compares seeds only" in warned[0]["detail"]
+    with pytest.raises(ValueError, match="expected seed or observation"):
+        OpenEnv("tests.openenv_support:Riddle", held_out="content")
