@@ -228,8 +228,6 @@ class Swarm:
         version served meanwhile, step). HoldTraining needs an admin key, and an admin
         may name any session."""
         trainer = self._one_trainer(model, "hold")
-        if session_id:
-            self.sessions.require(session_id, caller=IN_PROCESS)
         version, step = await trainer.hold(holder or "admin", reason, session_id=session_id,
                                            lease_s=lease_s)
         return trainer.name, version, step

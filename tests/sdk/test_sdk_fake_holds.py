@@ -34,7 +34,7 @@ async def test_the_fake_binds_a_hold_to_the_clients_session_and_lists_it() -> No
 @pytest.mark.parametrize("session, lease", [("s", 5.0), ("", 0.5), ("", 601.0)])
 async def test_the_fake_refuses_a_lease_as_the_server_does(session: str, lease: float) -> None:
     with pytest.raises(SwarmError) as real:
-        check_binding(session, lease)
+        check_binding(session, lease, live_sessions=())
     request = admin_pb.HoldTrainingRequest(holder="h", session_id=session,
                                            lease=duration_pb2.Duration(
                                                seconds=int(lease), nanos=int(lease % 1 * 1e9)))

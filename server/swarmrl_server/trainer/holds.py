@@ -26,7 +26,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from swarmrl_server.errors import invalid
+from swarmrl_server.errors import Reason, invalid, not_found
 
 MIN_LEASE_S = 1.0
 MAX_LEASE_S = 600.0
@@ -60,13 +60,17 @@ class Hold:
         return "lease" if now >= self.expires_at else None
 
 
-def check_binding(session_id: str, lease_s: float | None) -> float | None:
-    """The lease a new hold gets (None when bound to a session); INVALID_ARGUMENT naming
-    the field for a lease out of range, or one given with a session."""
+def check_binding(session_id: str, lease_s: float | None,
+                  live_sessions: Collection[str]) -> float | None:
+    """The lease a hold gets (None when bound to a session). Refused: a lease out of range,
+    or one given with a session (INVALID_ARGUMENT naming "lease"); a session that is not
+    live (NOT_FOUND, SESSION_NOT_FOUND)."""
     if session_id:
         if lease_s is not None:
             raise invalid("lease", "a hold with a session_id lasts as long as the session; "
                                    "give session_id or lease, not both")
+        if session_id not in live_sessions:
+            raise not_found(Reason.SESSION_NOT_FOUND, "session", session_id)
         return None
     if lease_s is None:
         return DEFAULT_LEASE_S
@@ -89,10 +93,12 @@ class Holds:
         return len(self._holds)
 
     def take(self, holder: str, reason: str, *, session_id: str = "",
-             lease_s: float | None = None, now: float) -> tuple[Hold, bool]:
-        """`holder`'s hold, bound to `session_id` or to a lease (`check_binding`), and
-        whether it is new. Holding again re-binds the holder's one hold."""
-        lease = check_binding(session_id, lease_s)
+             lease_s: float | None = None, now: float,
+             live_sessions: Collection[str]) -> tuple[Hold, bool]:
+        """`holder`'s hold, bound to the live session `session_id` or to a lease
+        (`check_binding`), and whether it is new. Holding again re-binds the holder's one
+        hold."""
+        lease = check_binding(session_id, lease_s, live_sessions)
         hold = self._holds.get(holder)
         new = hold is None
         if hold is None:
