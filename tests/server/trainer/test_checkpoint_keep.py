@@ -5,6 +5,7 @@ checkpoints."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -115,3 +116,18 @@ async def test_saved_checkpoints_outlive_retention_and_restarts_until_deleted(
         assert steps_in(root) == [1, 3]
         await client.delete_checkpoint(saved, model="tiny")
         assert steps_in(root) == [3]
+
+
+async def test_only_an_admin_deletes_checkpoints(make_server: ServerFactory) -> None:
+    """DeleteCheckpoint is admin only; through the sync facade too."""
+    running = await make_server(train=TRAIN, admin_keys=("adm-key",), client_keys=("cli-key",))
+
+    def delete(api_key: str) -> None:
+        with swarmrl.SwarmClient(running.grpc_target, api_key=api_key) as client:
+            client.delete_checkpoint("nowhere")
+
+    with pytest.raises(swarmrl.PermissionDeniedError):
+        await asyncio.to_thread(delete, "cli-key")
+    with pytest.raises(swarmrl.InvalidArgumentError) as refused:  # past the door: the path
+        await asyncio.to_thread(delete, "adm-key")
+    assert refused.value.field == "path"
