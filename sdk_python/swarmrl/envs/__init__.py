@@ -19,6 +19,11 @@ groups of training rollouts and evaluates splits; ``swarmrl train ENV`` and
             c = await rollout.chat([{"role": "user", "content": rollout.item.data["q"]}])
             return Outcome(reward=float(c.text.strip() == rollout.item.data["a"]))
 
+``play`` raises `PolicyError` when the model's output is unusable (the rollout is then
+trained with the error's reward); anything else it raises is the environment's failure,
+retried as a fresh episode. Errors that would recur on every rollout stop the run with
+`RunStopped`.
+
 Adapters for the ecosystem's environments live in `swarmrl.envs.verifiers` and
 `swarmrl.envs.openenv` (each imports its package only when used).
 """

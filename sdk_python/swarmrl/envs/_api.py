@@ -348,7 +348,9 @@ class Environment(abc.ABC):
     async def play(self, rollout: Rollout) -> Outcome:
         """Plays one rollout of ``rollout.item``; every model call goes through
         ``rollout`` (see `Rollout`). Raising fails the rollout: the runner aborts its
-        episode (never trained) and may retry it as a fresh episode."""
+        episode (never trained) and may retry it as a fresh episode. When the model's
+        output is at fault, raise `swarmrl.envs.PolicyError` instead: the rollout is then
+        trained with the error's reward, never retried."""
 
     async def setup(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Called once before the first rollout (start a server, load games, ...)."""

@@ -1,5 +1,6 @@
-"""The runner's progress: a rich bar (episodes/s, mean reward of the last 200, served
-policy version), or a plain line every 30 s when stderr is not a terminal (logs, CI)."""
+"""The runner's progress: a rich bar (episodes/s, mean reward of the last 200, failed
+rollouts, served policy version), or a plain line every 30 s when stderr is not a
+terminal (logs, CI)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class Progress:
         self._seconds = seconds
         self._rewards: deque[float] = deque(maxlen=200)
         self._episodes = 0
+        self._failed = 0
         self._t0 = time.monotonic()
         self._last_line = 0.0
         self._last_version_poll = 0.0
@@ -68,6 +70,7 @@ class Progress:
 
     def add(self, records: Sequence[RolloutRecord]) -> None:
         self._episodes += len(records)
+        self._failed += sum(not r.ok for r in records)
         self._rewards.extend(r.reward for r in records if r.reward is not None)
         if self._bar is not None:
             self._bar.update(self._task, advance=1 if self._label.endswith("train")
@@ -90,7 +93,8 @@ class Progress:
         mean = sum(self._rewards) / len(self._rewards) if self._rewards else math.nan
         version = self._version
         return (f"{self._episodes} episodes  {self._episodes / elapsed:.2f} ep/s  "
-                f"reward {mean:.3f}" + (f"  v{version}" if version >= 0 else ""))
+                f"reward {mean:.3f}" + (f"  {self._failed} failed" if self._failed else "")
+                + (f"  v{version}" if version >= 0 else ""))
 
     def _line(self) -> None:
         self._last_line = time.monotonic()

@@ -1,8 +1,8 @@
 """The environment runner (`swarmrl.envs`) against a real server on the tiny model.
 
 What it must hold: groups are ended whole (every rollout's reward on its own episode)
-or aborted whole; a failed or timed-out rollout is aborted and retried as a *fresh*
-episode; evaluation episodes are aborted and tagged with the versions that played
+or aborted whole; a failed rollout is aborted and retried as a *fresh* episode, a
+timed-out one aborted and counted; evaluation episodes are aborted and tagged with the versions that played
 them; train items with a val or test item's content are never played; at most
 `concurrency` rollouts play at once, and OpenAI clients made by rollouts share one
 connection pool.
@@ -159,12 +159,16 @@ async def test_a_group_the_server_ended_first_is_counted_not_fatal(http_server: 
     assert all(r.trained for r in records if r.item_id == "train-1")
 
 
-async def test_a_rollout_past_its_timeout_is_aborted(http_server: Any) -> None:
+async def test_a_rollout_past_its_timeout_is_aborted_counted_and_not_retried(
+        http_server: Any) -> None:
+    """A timeout is the policy's failure: retrying it until it passes would flatter the
+    policy, so it is not retried; its group is aborted and the report counts it."""
     env = Count(n_train=1, sleep_s=5.0)
     records, report = await _run(http_server, env, RunnerConfig(
-        group_size=1, retries=0, rollout_timeout_s=0.5, progress=False), groups=1)
-    assert report.groups_aborted == 1
-    assert records[0].error == "timed out"
+        group_size=1, retries=1, rollout_timeout_s=0.5, progress=False), groups=1)
+    assert report.groups_aborted == 1 and len(env.played) == 1
+    assert report.errors == {"timeout": 1} and report.as_dict()["errors"] == {"timeout": 1}
+    assert records[0].error == "timed out" and records[0].kind == "timeout"
     info = (await _infos(http_server.grpc_target, [records[0].episode_id]))[records[0].episode_id]
     assert info.state == "aborted"
 
