@@ -97,3 +97,20 @@ async def test_a_group_whose_last_open_episode_is_aborted_trains_what_ended(
         await last.abort("the environment failed")
         await wait_for_step(trainer, 1)  # the loop's next poll plans it: nothing is open
         assert await store.consumed_episodes(MODEL) == {first.id: 1, second.id: 1}
+
+
+async def test_a_group_whose_client_went_away_trains_once_its_session_ends(
+        make_server: ServerFactory) -> None:
+    """The server aborts a session's open episodes when it ends (closed here; reaped when
+    its lease lapses, by the same path): the group is no longer sealed."""
+    running = await make_server(train=TRAIN)
+    trainer = running.swarm.models[MODEL].trainer
+    store = running.swarm.store
+    async with swarmrl.AsyncSwarmClient(running.grpc_target) as client:
+        first, second, _ = await start_group(client, "g", 3)
+        await first.end(1.0)
+        await second.end(0.0)
+        await taken_in(trainer, {first.id, second.id})
+        assert await store.consumed_episodes(MODEL) == {}, "the group was split"
+    await wait_for_step(trainer, 1)  # the session closed with the client: its episode aborted
+    assert await store.consumed_episodes(MODEL) == {first.id: 1, second.id: 1}
