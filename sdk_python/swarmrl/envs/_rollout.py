@@ -114,9 +114,6 @@ class Player:
         self._slots = asyncio.Semaphore(config.concurrency)
         self.consecutive_failures = 0
         """Rollouts in a row that failed for good for infrastructure reasons."""
-        policy = client.config.retry or RetryPolicy()
-        self._jitter = wait_random_exponential(
-            multiplier=policy.initial, exp_base=policy.multiplier, max=policy.maximum)
 
     def emit(self, record: RolloutRecord) -> None:
         if self._on_record is not None:
@@ -127,7 +124,10 @@ class Player:
         none after the environment's (the server is fine; nothing to wait out)."""
         err = state.outcome.exception() if state.outcome is not None else None
         if isinstance(err, _Failed) and err.record.kind == "server":
-            return float(self._jitter(state))
+            policy = self.client.config.retry or RetryPolicy()
+            jitter = wait_random_exponential(
+                multiplier=policy.initial, exp_base=policy.multiplier, max=policy.maximum)
+            return float(jitter(state))
         return 0.0
 
     async def play(self, item: Item, split: Split, group_id: str, sampling: SamplingParams,
