@@ -35,7 +35,7 @@ from swarmrl.envs._flow import EmptySplit, evaluate_once, splits_record, train_a
 from swarmrl.envs._load import load_environment, parse_env_args
 from swarmrl.envs._report import RolloutRecord
 from swarmrl.envs._runner import Runner, RunnerConfig
-from swarmrl.envs._server import ServerProcess
+from swarmrl.envs._server import ServerProcess, wait_gone
 
 __all__ = ["eval_main", "train_main"]
 
@@ -175,21 +175,23 @@ class _Records:
 
 
 def _server(args: argparse.Namespace, out: Path, train_options: dict[str, str] | None, *,
-            resuming: bool) -> ServerProcess:
+            previous: dict[str, Any] | None) -> ServerProcess:
     """The server of the run: attached, or started on ``OUT/data``. A resumed train run
-    starts its server again on the same data dir, resuming training from its latest
-    checkpoint (``swarmrl serve --resume``; steps after it are trained again from their
+    starts its server again on the same data dir, which resumes training from its latest
+    checkpoint as any restart does (steps after it are trained again from their
     episodes, which the data dir keeps); ``eval --checkpoint PATH`` starts one that
-    resumes from PATH."""
+    resumes from PATH (``swarmrl serve --resume``)."""
     if args.target:
         return ServerProcess(args.target)
     data_dir = out / "data"
     extra = list(args.server_arg)
     if data_dir.exists() and any(data_dir.iterdir()):
-        if not resuming:
+        if previous is None:
             raise SystemExit(f"{data_dir} is not empty: pick a new --out")
-        if any((data_dir / "checkpoints").glob("*/step-*")):
-            extra += ["--resume", str(data_dir)]
+        pid = previous.get("server", {}).get("pid")
+        if pid and not wait_gone(int(pid), data_dir.resolve()):
+            raise SystemExit(f"the server this run started before (pid {pid}) still runs on "
+                             f"{data_dir}: stop it, then start the run again")
     checkpoint = getattr(args, "checkpoint", None)
     if checkpoint is not None:
         extra += ["--resume", str(checkpoint)]
@@ -428,8 +430,11 @@ def _main(command: str, argv: Sequence[str]) -> int:
     # SIGTERM (a stopped run) unwinds like Ctrl-C, so a started server is stopped too.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     t0 = time.monotonic()
-    server = _server(args, out, train_options, resuming=previous is not None)
+    server = _server(args, out, train_options, previous=previous)
     card["server"] = _server_record(args, out, train_options)
+    if server.proc is not None:
+        card["server"]["pid"] = server.proc.pid
+        _card.write(out, card)  # the pid, for a start after a kill to wait on
     card["packages"] = _card.package_versions(None if args.target else args.engine)
     code = 0
     try:

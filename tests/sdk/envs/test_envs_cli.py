@@ -133,9 +133,11 @@ def test_an_environment_bug_stops_the_run_within_seconds(env_file: Path,
 
 @pytest.mark.slow
 def test_eval_plays_a_kept_checkpoint_served_again(env_file: Path, tmp_path: Path,
-                                                   attached: ServerProcess) -> None:
+                                                   attached: ServerProcess,
+                                                   model_cache: Path) -> None:
     """`swarmrl eval --checkpoint PATH` on an attached server: the checkpoint is restored
-    as a new policy version and the evaluation pinned to it; the card names both."""
+    as a new policy version and the evaluation pinned to it; the card names both. A
+    started server (`--resume PATH`) serves it from its start."""
     async def save() -> str:
         async with swarmrl.AsyncSwarmClient(attached.target) as client:
             return (await client.save_checkpoint())[0]
@@ -154,3 +156,13 @@ def test_eval_plays_a_kept_checkpoint_served_again(env_file: Path, tmp_path: Pat
     # A folder that holds a run is not reused by eval.
     again = _cli("eval", f"{env_file}:Env", "--target", attached.target, "--out", str(out))
     assert again.returncode == 2 and "pick a new --out" in again.stderr
+    # Without --target, the started server serves the checkpoint from its start.
+    out = tmp_path / "eval-started"
+    done = _cli("eval", f"{env_file}:Env", "--checkpoint", path, "--max-tokens", "2",
+                "--out", str(out), "--server-arg=--cache-dir", f"--server-arg={model_cache}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    card = _card.read(out)
+    assert card is not None and card["checkpoint"]["path"] == path
+    assert "trainer_resumed" in (out / "server.log").read_text()
+    version = card["checkpoint"]["served_from_start_as_version"]
+    assert card["evals"][0]["figures"]["policy_versions"] == [version]

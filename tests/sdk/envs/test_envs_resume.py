@@ -226,3 +226,44 @@ def test_the_card_shows_failures_per_split_and_kind_a_stop_and_an_interrupted_te
            "errors: policy 3." in text
     assert "**Stopped** on item `7` of train: `TypeError: boom`" in text
     assert "**interrupted** and not played again" in text
+
+
+@pytest.mark.slow
+def test_a_run_with_its_own_server_killed_in_training_resumes_on_its_data_dir(
+        tmp_path: Path, model_cache: Path) -> None:
+    """`swarmrl train` with the server it started, SIGKILLed mid-training: its server goes
+    with it (no orphan left on the data dir), and the run started again starts a server on
+    the same data dir, which resumes from the latest checkpoint (val before's), and
+    finishes with the totals of both starts."""
+    env_file, out = tmp_path / "stalls.py", tmp_path / "run"
+    env_file.write_text(_STALLING_ENV)
+    argv = [sys.executable, "-m", "swarmrl", "train", f"{env_file}:Stalls",
+            "--env-arg", f"out={out}", "--out", str(out), "--groups", "3",
+            "--group-size", "2", "--concurrency", "2", "--max-tokens", "3", "--no-progress",
+            "--no-test", *[f"--train-option={k}={v}" for k, v in TRAIN.items()],
+            "--server-arg=--cache-dir", f"--server-arg={model_cache}"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (tmp_path / "stall-train").exists() or proc.poll() is not None,
+                   timeout=300, what="the training stall")
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    first = _card.read(out)
+    assert first is not None
+    pid = first["server"]["pid"]
+    wait_until(lambda: not Path(f"/proc/{pid}").exists()
+               or b"zombie" in Path(f"/proc/{pid}/status").read_bytes().lower(),
+               timeout=120, what="the orphaned server to exit")
+    trained_before = _trained_groups(out)
+    assert trained_before
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    card = _card.read(out)
+    assert card is not None and card["finished"] and len(card["starts"]) == 2
+    assert "trainer_resumed" in (out / "server.log").read_text()
+    trained = _trained_groups(out)
+    assert trained > trained_before and card["train"]["groups"] == len(trained)
+    assert [e["name"] for e in card["evals"]] == ["before", "after"]
