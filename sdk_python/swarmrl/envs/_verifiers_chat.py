@@ -1,13 +1,17 @@
-"""verifiers' chat program, run in process: the harness `swarmrl.envs.verifiers` plays with.
+"""verifiers' chat program, run in process: what ``harness=inprocess`` plays instead of
+verifiers' ``null`` harness (`swarmrl.envs.verifiers`; opt-in).
 
-verifiers' ``null`` and ``bash`` harnesses launch one chat program per turn as a ``uv``
-script (PEP 723 dependencies fetched from PyPI on first use, ~2 s a turn to start). This
-harness runs *the same program source* (``CHAT_PROGRAM_SOURCE``: verifiers' chat loop,
-MCP client and compactor, bundled exactly as the ``uv`` script bundles them) inside the
+verifiers' ``null`` harness launches one chat program per turn as a ``uv`` script (PEP
+723 dependencies fetched from PyPI on first use, ~2 s a turn to start). This harness
+runs *the same program source* (``CHAT_PROGRAM_SOURCE``: verifiers' chat loop, MCP
+client and compactor, bundled exactly as the ``uv`` script bundles them) inside the
 rollout's event loop instead. verifiers allows that: "a harness may run its loop
 in-process instead of launching a program, as long as every model call goes through
 `endpoint` + `secret`" (``Harness.launch``). Its semantics are ``null``'s: the task's
-prompt, its MCP tools, a loop until a reply without tool calls; no bash tool.
+prompt, its MCP tools, a loop until a reply without tool calls; no tools of its own, so
+nothing of the model's runs here. The program is verifiers' internal source: the
+functions this module calls are checked by name and parameters when it is first
+loaded (`ProgramMismatch`).
 
 Two things differ from the subprocess, both about connections:
 
@@ -59,13 +63,60 @@ ROUTE: contextvars.ContextVar[RolloutRoute | None] = contextvars.ContextVar(
 inside it, which copy the context."""
 
 
+_PROGRAM_API = {
+    "connect_mcp": ("config", "stack", "reserved"),
+    "Compactor": ("client", "model", "tools", "enabled", "threshold"),
+    "run_chat_loop": ("args", "compactor", "messages", "dispatch", "servers", "tool_client"),
+}
+"""What `run_program` calls in verifiers' chat program, with the parameters it passes
+(verifiers 0.4.0's ``harnesses/utils/core.py``, ``mcp.py``, ``compaction.py``)."""
+
+
 @functools.cache
 def _program() -> dict[str, Any]:
-    """verifiers' bundled chat program as a namespace (its ``__main__`` guard stays inert)."""
-    from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
+    """verifiers' bundled chat program as a namespace (its ``__main__`` guard stays inert).
+    Each function `run_program` calls is checked by name and parameters: the program is
+    verifiers' internal source, and another version's must fail here, loudly, not
+    mid-rollout or (worse) by quietly doing something else."""
+    return program_namespace(_chat_program_source())
+
+
+def _chat_program_source() -> str:
+    try:
+        from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
+    except ImportError as exc:
+        raise ProgramMismatch("verifiers.v1.harnesses.utils.launch.CHAT_PROGRAM_SOURCE is "
+                              "gone") from exc
+    if not isinstance(CHAT_PROGRAM_SOURCE, str):
+        raise ProgramMismatch("CHAT_PROGRAM_SOURCE is not the program's source text")
+    return CHAT_PROGRAM_SOURCE
+
+
+class ProgramMismatch(RuntimeError):
+    """verifiers' chat program is not the one the in-process harness was built for."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"the {HARNESS_ID} harness runs verifiers 0.4.0's chat program in "
+                         f"process, but {detail}; use verifiers==0.4.0 or drop "
+                         "harness=inprocess")
+
+
+def program_namespace(source: str) -> dict[str, Any]:
+    """`source` executed as a module namespace, checked against `_PROGRAM_API`."""
+    import inspect
 
     namespace: dict[str, Any] = {"__name__": "swarmrl_verifiers_chat_program"}
-    exec(compile(CHAT_PROGRAM_SOURCE, "<verifiers chat program>", "exec"), namespace)
+    exec(compile(source, "<verifiers chat program>", "exec"), namespace)
+    for name, params in _PROGRAM_API.items():
+        found = namespace.get(name)
+        if not callable(found):
+            raise ProgramMismatch(f"its chat program defines no {name}")
+        have = list(inspect.signature(found).parameters.values())
+        required_beyond = [p.name for p in have[len(params):] if p.default is p.empty
+                           and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if tuple(p.name for p in have[:len(params)]) != params or required_beyond:
+            raise ProgramMismatch(f"its {name} takes {tuple(p.name for p in have)}, "
+                                  f"not {params}")
     return namespace
 
 
@@ -115,6 +166,9 @@ async def run_program(ctx: Any, trace: Any, endpoint: str, secret: str,
     except SystemExit as exit_:  # the program's exit on a model transport error
         code = exit_.code if isinstance(exit_.code, int) else 1
         return ProgramResult(code, "", traceback.format_exc())
+    except Exception:  # the program's exit (1) on any other error, as the subprocess's:
+        # verifiers then judges it (a refused turn after a @stop is an expected exit)
+        return ProgramResult(1, "", traceback.format_exc())
     finally:
         if tool_client is not None:
             await tool_client.aclose()
@@ -155,6 +209,12 @@ def register() -> None:
     """Makes `HARNESS_ID` importable, where verifiers' loader looks for a harness id."""
     if HARNESS_ID not in sys.modules:
         sys.modules[HARNESS_ID] = _module()
+
+
+def check_program() -> None:
+    """Loads and checks verifiers' chat program now (at the environment's load), so a
+    mismatch is refused before any rollout (`ProgramMismatch`)."""
+    _program()
 
 
 def program_source_digest() -> str:

@@ -19,24 +19,41 @@ loader does (``resolve_env_config`` then ``load_environment``) and wraps it in a
   when it records one (else None); the metrics are its metrics, rewards
   (``reward/NAME``), turns and calls.
 
-What the adapter changes in the config, and why (each also in `describe`):
+What the adapter keeps and what it changes (each in `describe`):
 
-- **Runtimes** that are not local (verifiers' default is a remote sandbox) become the
-  ``subprocess`` runtime.
-- **Harnesses** ``bash`` and ``null`` (a ``uv`` script launched per turn, fetched from
-  PyPI) become `_verifiers_chat`: the same chat program run in process; ``harness=keep``
-  leaves them. Other harnesses are kept (they must reach the model only through the
-  interception endpoint, as verifiers requires of every harness).
+- **Harnesses are kept** as the environment names them (verifiers' default is ``bash``:
+  its chat program with the ``bash`` and ``edit`` tools, launched in the role's runtime
+  as a ``uv`` script). Only the model endpoint changes: the role's client config points
+  at the rollout's swarmrl episode (its own base URL, ``.../k/<key>/v1``).
+  ``harness=inprocess`` (opt-in, for speed) runs the ``null`` harness's chat program in
+  this process instead of a ``uv`` script per turn: the same program, no tools of its own;
+  a role with any other harness is refused under it.
+- **Runtimes are kept.** A remote sandbox (verifiers' default: prime) stays remote; one
+  that cannot be provisioned here (no credentials) is refused at load. ``sandbox=local``
+  turns every remote runtime into verifiers' ``subprocess`` runtime: a working
+  directory on this host, not an isolation boundary. A harness that executes code
+  (``EXECUTES_CODE``, as ``bash``) in a subprocess runtime runs the model's commands on
+  the training host, so it is refused unless ``sandbox=local`` says that is meant.
 - **Retries**: verifiers' per-agent and per-episode retries are forced to 0: a retried
   attempt reuses the rollout's model context, so the failed attempt's calls would stay
   in the trained episode. A failed rollout raises instead; swarmrl's runner aborts its
   episode and retries the item as a fresh episode. A retry that happens anyway (seen
   through ``on_discard``) fails the rollout.
+- **A tool call cut by the token limit ends the rollout** (a plugged ``@stop``,
+  `CUT_STOP`): the chat program would send the cut call back in the next turn's
+  messages, which the swarm server refuses (its arguments are not JSON). The cut is the
+  policy's doing, so the trace stops there, is scored by the task as verifiers scores
+  any stopped trace, and trains; the outcome says ``truncated``.
 - **Untrained roles** (agents an env marks ``trainable = False`` in ``Env.setup``, such
   as a simulated user or a judge, plus any named in ``untrained_roles``) are pointed at
   ``untrained_base_url`` (any OpenAI-compatible endpoint: a second swarm server that
   does not train, a vLLM, a hosted API) with ``untrained_model``; an env with such roles
   and no such URL is refused, since their calls would be recorded as policy tokens.
+
+verifiers internals the adapter needs where verifiers 0.4 has no public API (the chat
+program's functions, the interception server's client cache) are looked up loudly: a
+missing one raises `VerifiersInternalError` instead of silently changing behaviour. The
+verifiers version is checked at load (`VERIFIERS_VERSION`).
 
 Failed episodes (``Episode.ok`` false, errors, an untrainable trace in the trained
 episode, more than one trainable trace) raise, so the runner aborts them.
@@ -56,31 +73,39 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from swarmrl.envs._api import SPLITS, Environment, Item, Outcome, Rollout, Split
+from swarmrl.envs._verifiers_config import CUT_STOP, UNTRAINED_KEY_VAR, adapted, config_data
+from swarmrl.envs._versions import check_version
 
 # verifiers ships no type information usable under mypy --strict here (and is not installed
 # in the main venv): its objects are typed `Any` at this boundary.
 
-__all__ = ["VerifiersEnvironment", "load"]
+__all__ = ["CUT_STOP", "VERIFIERS_VERSION", "VerifiersEnvironment", "VerifiersInternalError", "load"]
+
+VERIFIERS_VERSION = "0.4.0"
+"""The verifiers release the adapter was built and tested for (checked at load)."""
 
 ROUTE = "header"
-"""How a rollout's calls name their episode: "url" (the episode's own base URL,
-``.../k/<key>/v1``) or "header" (the server's stable base URL and the episode header,
-forwarded by the in-process harness). "header" lets every rollout share one client
-config, hence one upstream connection pool (verifiers keeps one upstream client per
-distinct config until ``serving()`` ends). With "url", the adapter closes each episode's
-upstream client after its rollout instead; only a harness other than the in-process one
-(``harness=keep``) needs "url", since only the in-process one sends the header."""
+"""How a rollout's calls name their episode under ``harness=inprocess``: "url" (the
+episode's own base URL, ``.../k/<key>/v1``) or "header" (the server's stable base URL
+and the episode header, forwarded by the in-process harness). "header" lets every
+rollout share one client config, hence one upstream connection pool (verifiers keeps one
+upstream client per distinct config until ``serving()`` ends). Kept harnesses send no
+header, so they use "url", and the adapter closes each episode's upstream client after
+its rollout instead."""
+
 
 _NO_KEY_VAR = "SWARMRL_VERIFIERS_NO_KEY"
 """An unset variable: verifiers reads API keys from variables, and the episode's key
 travels in its URL (or header), so the client sends ``Bearer EMPTY``."""
-_UNTRAINED_KEY_VAR = "SWARMRL_VERIFIERS_UNTRAINED_API_KEY"
-_SWAPPED_HARNESSES = ("bash", "null")
+
+
+class VerifiersInternalError(RuntimeError):
+    """A verifiers internal the adapter relies on is not where verifiers 0.4.0 has it."""
 
 _OPTIONS = {
     "val_fraction": 0.1, "test_fraction": 0.1, "split_field": "split",
     "split_names": {"train": "train", "val": "val", "test": "test"},
-    "held_out_scan": None, "harness": "inprocess", "untrained_roles": [],
+    "held_out_scan": None, "harness": "keep", "sandbox": None, "untrained_roles": [],
     "untrained_base_url": None, "untrained_model": None, "untrained_api_key": None,
     "route": None,
 }
@@ -105,37 +130,8 @@ def load(id_or_config: str | Mapping[str, Any], **args: Any) -> VerifiersEnviron
         raise ValueError(f"verifiers: unknown argument(s) {', '.join(sorted(unknown))}: "
                          f"swarmrl's are {', '.join(sorted(_OPTIONS))}; verifiers config "
                          "fields are dotted (taskset.KEY, agent.KEY)")
-    data = _config_data(id_or_config, args)
+    data = config_data(id_or_config, args)
     return VerifiersEnvironment(data, **options)
-
-
-def _config_data(id_or_config: str | Mapping[str, Any], args: Mapping[str, Any]
-                 ) -> dict[str, Any]:
-    if isinstance(id_or_config, Mapping):
-        data: dict[str, Any] = json.loads(json.dumps(dict(id_or_config)))
-    else:
-        env_id, plus, taskset_id = id_or_config.rpartition("+")
-        data = {"taskset": {"id": taskset_id}}
-        if plus:
-            data["id"] = env_id
-    for key, value in args.items():
-        if key == "env":
-            _merge(data, dict(value))
-            continue
-        node = data
-        *head, last = key.split(".")
-        for part in head:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return data
-
-
-def _merge(into: dict[str, Any], other: Mapping[str, Any]) -> None:
-    for key, value in other.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
 
 
 def _content(data: Mapping[str, Any]) -> str:
@@ -164,10 +160,11 @@ class VerifiersEnvironment(Environment):
     def __init__(self, data: Mapping[str, Any], *, val_fraction: float = 0.1,
                  test_fraction: float = 0.1, split_field: str = "split",
                  split_names: Mapping[str, str] | None = None,
-                 held_out_scan: int | None = None, harness: str = "inprocess",
-                 untrained_roles: Iterable[str] = (), untrained_base_url: str | None = None,
+                 held_out_scan: int | None = None, harness: str = "keep",
+                 sandbox: str | None = None, untrained_roles: Iterable[str] = (), untrained_base_url: str | None = None,
                  untrained_model: str | None = None, untrained_api_key: str | None = None,
                  route: str | None = None) -> None:
+        check_version("verifiers", VERIFIERS_VERSION, "swarmrl.envs.verifiers")
         from verifiers.v1.utils import loaders
 
         from swarmrl.envs import _verifiers_chat
@@ -176,8 +173,14 @@ class VerifiersEnvironment(Environment):
             raise ValueError("verifiers: val_fraction and test_fraction must be >= 0 and "
                              "sum to less than 1")
         if harness not in ("inprocess", "keep"):
-            raise ValueError(f"verifiers: harness={harness!r}: expected inprocess or keep")
+            raise ValueError(f"verifiers: harness={harness!r}: expected keep or inprocess")
+        if sandbox not in (None, "local"):
+            raise ValueError(f"verifiers: sandbox={sandbox!r}: expected local (or leave it "
+                             "unset to keep the environment's runtimes)")
+        self._sandbox = sandbox
         _verifiers_chat.register()
+        if harness == "inprocess":
+            _verifiers_chat.check_program()
         self._loaders = loaders
         self._fractions = (float(val_fraction), float(test_fraction))
         self._split_field = split_field
@@ -188,17 +191,22 @@ class VerifiersEnvironment(Environment):
         self._untrained_roles = set(untrained_roles)
         self._untrained = (untrained_base_url, untrained_model)
         if untrained_api_key is not None:
-            os.environ[_UNTRAINED_KEY_VAR] = str(untrained_api_key)
+            os.environ[UNTRAINED_KEY_VAR] = str(untrained_api_key)
         self._route = route or (ROUTE if harness == "inprocess" else "url")
         if self._route not in ("url", "header"):
             raise ValueError(f"verifiers: route={self._route!r}: expected url or header")
+        if self._route == "header" and harness != "inprocess":
+            raise ValueError("verifiers: route=header needs harness=inprocess (only the "
+                             "in-process program sends the episode header)")
         self._data = dict(data)
         self.config = self._adapted(loaders.resolve_env_config(self._data))
         self.env: Any = loaders.load_environment(self.config)
         self.name = f"verifiers:{self.config.env_id}"
         self._items: dict[Split, list[Item]] = {}
         self._tasks: dict[str, Any] = {}
-        """Item digest -> the verifiers Task it was made from."""
+        """Item digest -> the verifiers Task it was made from, for the listed (finite)
+        splits only: an infinite train split's tasks are rebuilt from their items' data,
+        so nothing grows with the number of rollouts."""
         self._stack: contextlib.AsyncExitStack | None = None
         self._pool: Any = None
         self._probed = False
@@ -211,31 +219,9 @@ class VerifiersEnvironment(Environment):
 
     def _adapted(self, config: Any, untrained: Iterable[str] = ()) -> Any:
         """`config` with the changes the module docstring lists, revalidated."""
-        from verifiers.v1.configs.agent import agent_config_fields
-        from verifiers.v1.configs.env import default_agent_harness
-        from verifiers.v1.runtimes import runtime_is_local
-
-        from swarmrl.envs._verifiers_chat import HARNESS_ID
-
-        data = config.model_dump(mode="json")
-        data["retries"] = {"max_retries": 0, "rules": []}
-        default = default_agent_harness(config.taskset.id)
-        for name, spec in agent_config_fields(config).items():
-            role = data[name]
-            role["retries"] = {"max_retries": 0, "rules": []}
-            if not runtime_is_local(spec.runtime):
-                role["runtime"] = {"type": "subprocess"}
-            harness = spec.harness if spec.harness is not None else default
-            if self._harness_mode == "inprocess" and harness.id in _SWAPPED_HARNESSES:
-                role["harness"] = {"id": HARNESS_ID, "tool_timeout": harness.tool_timeout,
-                                   "env": harness.env, "disabled_tools": harness.disabled_tools}
-            if name in untrained:
-                base_url, model = self._untrained
-                role["client"] = {"type": "eval", "base_url": base_url,
-                                  "api_key_var": _UNTRAINED_KEY_VAR}
-                if model:
-                    role["model"] = model
-        return self._loaders.resolve_env_config(data)
+        return adapted(config, self._loaders, sandbox=self._sandbox,
+                       harness_mode=self._harness_mode, untrained=untrained,
+                       untrained_endpoint=self._untrained)
 
     async def _probe_untrained(self) -> None:
         """Asks the env which roles it marks untrainable (``Env.setup`` on stand-in agents),
@@ -276,7 +262,9 @@ class VerifiersEnvironment(Environment):
                 "requested_config": self._data, "fractions": {"val": self._fractions[0],
                                                               "test": self._fractions[1]},
                 "split": self._split_mode(), "harness": self._harness_mode,
-                "chat_program": program_source_digest(), "route": self._route,
+                "sandbox": self._sandbox, "chat_program": program_source_digest(),
+                "harnesses": {role: h.id for role, h in self.config.agent_harnesses().items()},
+                "route": self._route,
                 "untrained_roles": sorted(self._untrained_roles),
                 "untrained_base_url": self._untrained[0], "untrained_model": self._untrained[1]}
 
@@ -286,12 +274,13 @@ class VerifiersEnvironment(Environment):
         fields = type(self.config.taskset).model_fields
         return f"field:{self._split_field}" if self._split_field in fields else "hash"
 
-    def _item(self, task: Any) -> Item:
+    def _item(self, task: Any, keep: bool = True) -> Item:
         data = task.data.model_dump(mode="json", exclude_none=True)
         content = _content(data)
         item = Item(id=str(task.data.id if task.data.id is not None else task.data.idx),
                     data=data, task=self.config.env_id, content=content)
-        self._tasks[item.digest] = task
+        if keep:
+            self._tasks[item.digest] = task
         return item
 
     def _tasks_of(self, split: Split) -> Iterator[Any]:
@@ -318,14 +307,14 @@ class VerifiersEnvironment(Environment):
         if split in self._items:
             return self._items[split]
         if split == "train" and not self.env.taskset.bounded:
-            return (self._item(t) for t in self._tasks_of(split))
+            return (self._item(t, keep=False) for t in self._tasks_of(split))
         self._items[split] = [self._item(t) for t in self._tasks_of(split)]
         return self._items[split]
 
     def _task(self, item: Item) -> Any:
         task = self._tasks.get(item.digest)
-        if task is None:  # an item made elsewhere (a record): rebuilt from its data
-            cls = self.env._task_cls
+        if task is None:  # an infinite split's item, or one made elsewhere (a record):
+            cls = type(self.env.taskset).task_type()  # rebuilt from its data
             task = cls(cls.data_type().model_validate(dict(item.data)), self.config.taskset.task)
         return task
 
@@ -375,28 +364,45 @@ class VerifiersEnvironment(Environment):
         headers = rollout.headers if self._route == "header" else None
         token = CHAT_ROUTE.set(RolloutRoute(self._pool, client.base_url, headers))
         discarded: list[Any] = []
+        traces: list[Any] = []
         try:
             episode = await self.env.run_episode(self._task(rollout.item), ctx,
+                                                 on_trace=traces.append,
                                                  on_discard=discarded.append)
         finally:
             CHAT_ROUTE.reset(token)
             if self._route == "url":
-                await self._forget_client(client)
+                await self._forget_client(client, any(t.calls for t in traces))
         return self._outcome(episode, discarded, client)
 
-    async def _forget_client(self, client: Any) -> None:
+    async def _forget_client(self, client: Any, made_calls: bool) -> None:
         """Closes the interception server's upstream client for this episode's config.
-        verifiers keeps one per distinct config until ``serving()`` ends; with a base URL
-        per episode that is an open connection per episode played."""
-        interception = self.env._interception
+        verifiers keeps one per distinct config (keyed by the config's JSON) until
+        ``serving()`` ends; with a base URL per episode that is an open connection per
+        episode played. verifiers 0.4 has no public way to drop one, so its internals
+        are looked up, and a miss raises (`VerifiersInternalError`) rather than letting
+        the connections pile up: an episode that made calls must have had a client."""
+        interception = getattr(self.env, "_interception", None)
         servers = getattr(interception, "servers", None)
         if servers is None:
-            servers = [interception] if hasattr(interception, "clients") else []
+            servers = [interception] if hasattr(interception, "clients") else None
+        if servers is None or not all(isinstance(getattr(s, "clients", None), dict)
+                                      for s in servers):
+            raise VerifiersInternalError(
+                f"{self.name}: verifiers' interception ({type(interception).__name__}) has no "
+                "per-server client cache where verifiers 0.4.0 keeps it "
+                f"(Env._interception[.servers].clients); the adapter is built for "
+                f"verifiers {VERIFIERS_VERSION}")
         key = client.model_dump_json()
-        for server in servers:
-            upstream = server.clients.pop(key, None)
-            if upstream is not None:
-                await upstream.close()
+        found = [s.clients.pop(key) for s in servers if key in s.clients]
+        for upstream in found:
+            await upstream.close()
+        if made_calls and not found:
+            raise VerifiersInternalError(
+                f"{self.name}: the episode made model calls, but verifiers' interception "
+                "server holds no client under its config's JSON: its client cache is keyed "
+                f"otherwise than in verifiers {VERIFIERS_VERSION}, and every episode would "
+                "leave a connection open")
 
     def _outcome(self, episode: Any, discarded: list[Any], client: Any) -> Outcome:
         if discarded:
@@ -424,12 +430,14 @@ class VerifiersEnvironment(Environment):
                         if r is not None})
         metrics["turns"] = float(trace.num_turns)
         metrics["calls"] = float(len(trace.calls))
+        metrics["truncated"] = float(trace.is_truncated)
         success = trace.metrics.get("success")
         return Outcome(
             reward=float(trace.reward),
             success=None if success is None else bool(success),
             metrics=metrics,
             info={"trace_id": trace.id, "stop_condition": trace.stop_condition,
+                  "truncated": trace.is_truncated,
                   "calls": len(trace.calls), "tools": sorted(t.name for t in trace.tools),
                   "untrained_calls": sum(len(t.calls) for t in episode.traces
                                          if not t.agent.trainable)})

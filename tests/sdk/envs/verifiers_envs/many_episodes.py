@@ -9,7 +9,6 @@ import sys
 
 import swarmrl
 from swarmrl.envs import Runner, RunnerConfig, load_environment
-from swarmrl.envs.verifiers import ROUTE
 
 
 async def main() -> None:
@@ -19,15 +18,17 @@ async def main() -> None:
     p.add_argument("--groups", type=int, default=50)
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--env-args", default="{}", help="the environment's arguments, as JSON")
     args = p.parse_args()
-    env = load_environment(args.env, {})
+    env = load_environment(args.env, json.loads(args.env_args))
     config = RunnerConfig(group_size=args.group_size, concurrency=args.concurrency,
                           sampling=swarmrl.SamplingParams(temperature=1.0, max_tokens=4),
                           progress=False, retries=0)
     async with swarmrl.AsyncSwarmClient(args.target) as client:
         async with Runner(env, client, config) as runner:
             report = await runner.train(groups=args.groups)
-            print(json.dumps({"ready": True, "route": ROUTE, **report.as_dict()}), flush=True)
+            route = env.describe()["route"]
+            print(json.dumps({"ready": True, "route": route, **report.as_dict()}), flush=True)
             await asyncio.to_thread(sys.stdin.read)
 
 

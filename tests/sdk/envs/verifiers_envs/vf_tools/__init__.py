@@ -16,7 +16,7 @@ class ToolTask(vf.Task[ToolData]):
 
 
 class ToolsConfig(vf.TasksetConfig):
-    num_tasks: int = 12
+    num_tasks: int = 16
     tools: vf.ToolsetConfig = vf.ToolsetConfig()
 
 
