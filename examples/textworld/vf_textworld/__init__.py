@@ -82,7 +82,10 @@ class TextWorldTaskset(vf.Taskset[TextWorldTask, TextWorldConfig]):
 
 
 class TextWorldEnvConfig(vf.EnvConfig):
-    player: vf.AgentConfig = vf.AgentConfig()
+    # A text game: the player chats (verifiers' null harness: no tools of its own), so it
+    # needs no sandbox and runs in the subprocess runtime.
+    player: vf.AgentConfig = vf.AgentConfig.model_validate(
+        {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}})
 
 
 class TextWorldEnv(vf.Env[TextWorldEnvConfig]):
