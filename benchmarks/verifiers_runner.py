@@ -67,9 +67,17 @@ def wait_target(proc: subprocess.Popen[bytes], log: Path) -> str:
     raise SystemExit(f"the server did not start:\n{log.read_text()[-3000:]}")
 
 
+def in_process(env_id: str) -> dict[str, Any]:
+    """The adapter's arguments for the in-process chat harness: every role pinned to
+    verifiers' null harness, played in process, in the local subprocess runtime."""
+    roles = load_environment(f"verifiers:{env_id}", {"sandbox": "local"}).describe()["harnesses"]
+    return {"sandbox": "local", "harness": "inprocess",
+            **{f"{role}.harness": {"id": "null"} for role in roles}}
+
+
 async def runner_arm(target: str, env_id: str, episodes: int, group: int, concurrency: int
                      ) -> float:
-    env = load_environment(f"verifiers:{env_id}", {})
+    env = load_environment(f"verifiers:{env_id}", in_process(env_id))
     config = RunnerConfig(group_size=group, concurrency=concurrency, retries=0,
                           sampling=SAMPLING, progress=False)
     async with swarmrl.AsyncSwarmClient(target) as client:
@@ -85,7 +93,7 @@ async def verifiers_arm(target: str, env_id: str, episodes: int, concurrency: in
     from verifiers.v1.clients import EvalClientConfig, ModelContext
     from verifiers.v1.types import SamplingConfig
 
-    env: Any = load_environment(f"verifiers:{env_id}", {})
+    env: Any = load_environment(f"verifiers:{env_id}", in_process(env_id))
     tasks = [env._task(item) for item in env.items("train")]
     sampling = SamplingConfig(temperature=1.0, max_tokens=8)
     gate = asyncio.Semaphore(concurrency)
