@@ -18,6 +18,7 @@ import pytest
 
 from swarmrl_server.config import ModelSpec, ServerConfig
 from swarmrl_server.engine.hf.engine import HFEngine
+from swarmrl_server.episodes.call_path import GenerateCall
 from swarmrl_server.episodes.resolve import GenerationPolicy, SamplingRequest
 from swarmrl_server.errors import Reason, SwarmError
 from swarmrl_server.hosting import ModelHost
@@ -47,9 +48,9 @@ async def swarm(tmp_path: Path, tiny_model_dir: Path) -> AsyncIterator[Swarm]:
 
 async def generate(swarm: Swarm, episode_id: str, model: str) -> Any:
     """One call of `model` in the episode; returns its result."""
-    items = [item async for item in swarm.episodes.generate(
-        episode_id, model=model, token_ids=[1, 873, 198],
-        sampling=SamplingRequest(max_tokens=2, temperature=1.0), caller=IN_PROCESS)]
+    items = [item async for item in swarm.episodes.generate(GenerateCall(
+        episode_id, IN_PROCESS, model=model, token_ids=[1, 873, 198],
+        sampling=SamplingRequest(max_tokens=2, temperature=1.0)))]
     return items[-1]
 
 

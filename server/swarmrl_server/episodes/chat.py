@@ -11,12 +11,21 @@ import json
 import re
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeAlias
 
 from swarmrl_server.engine.text import encode_text
 from swarmrl_server.errors import invalid
 
 Message = dict[str, Any]
+
+Json: TypeAlias = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
+"""A JSON value, as `json.loads` returns it."""
+
+Annotations = dict[str, Json]
+"""What a door keeps with a chat call's record (`GenerateCall.annotations`)."""
+
+Tool = dict[str, Json]
+"""A tool the model may be shown, OpenAI-shaped ({"type": "function", "function": ...})."""
 
 ROLES = ("system", "user", "assistant", "tool")
 ROLE_ALIASES = {"developer": "system"}

@@ -1,5 +1,8 @@
 """Episodes: start, generate, reward, end, abort — the domain behind EpisodeService.
 
+A call's own path (pause wait, resolve, capacity, engine, parse, record) is
+`episodes.call_path`'s; `generate` hands it the door's typed `GenerateCall`.
+
 Open episodes live in memory (with their calls, which the next chat turn
 extends) and in the store; every state change is committed to the store before
 the call returns. Retried requests carry a client-made request_id and are
@@ -15,34 +18,19 @@ per-episode key already named the episode) pass `IN_PROCESS`.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
-from swarmrl_server.engine.base import GenerationChunk, GenerationOutput
-from swarmrl_server.episodes.calls import GenerationResult, call_record, recorded_call, replay
-from swarmrl_server.episodes.chat import Message, parse_reply
-from swarmrl_server.episodes.resolve import (
-    GenerationPolicy,
-    ResolvedRequest,
-    SamplingRequest,
-    resolve,
-)
-from swarmrl_server.errors import (
-    Code,
-    Reason,
-    SwarmError,
-    invalid,
-    not_found,
-    precondition,
-    unavailable,
-)
+from swarmrl_server.engine.base import GenerationChunk
+from swarmrl_server.episodes.call_path import CallPath, GenerateCall, OpenEpisode, never_paused
+from swarmrl_server.episodes.calls import GenerationResult
+from swarmrl_server.episodes.resolve import GenerationPolicy
+from swarmrl_server.errors import Code, Reason, SwarmError, invalid, not_found, precondition
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.limits import check_labels, check_reason
 from swarmrl_server.logs import bind_ids
@@ -55,24 +43,11 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("swarmrl.episodes")
 
-_DEFAULT_SAMPLING = SamplingRequest()
-
 MAX_ID_LEN = 256
 
 
-async def _never_paused(model: str, timeout_s: float) -> str | None:
-    return None
-
-
-@dataclass
-class _Open:
-    record: EpisodeRecord
-    calls: list[CallRecord]
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
 class EpisodeRegistry:
-    """Owns every episode's lifecycle."""
+    """Owns every episode's lifecycle; its calls run on `calls` (`episodes.call_path`)."""
 
     def __init__(
         self,
@@ -81,7 +56,7 @@ class EpisodeRegistry:
         keys: EpisodeKeys,
         *,
         policy: GenerationPolicy | None = None,
-        wait_generating: Callable[[str, float], Awaitable[str | None]] = _never_paused,
+        wait_generating: Callable[[str, float], Awaitable[str | None]] = never_paused,
         require_session: Callable[[str, Principal], object] = lambda s, c: None,
         on_ended: Callable[[EpisodeRecord], Awaitable[None]] | None = None,
         telemetry: Telemetry | None = None,
@@ -90,21 +65,19 @@ class EpisodeRegistry:
         self._models = models
         self.keys = keys
         self.policy = policy or GenerationPolicy()
-        self._wait_generating = wait_generating
-        """(model, seconds) -> None once the model generates, or why it is still paused
-        when the seconds are up (`Pauses.wait_generating`)."""
         self._require_session = require_session
         self._on_ended = on_ended
         """Told of each ended episode in the step it leaves the open set: it must hand it
         on before its first await (a trainer's seal of groups counts on it)."""
         self._telemetry = telemetry
-        self._open: dict[str, _Open] = {}
-        self._inflight: dict[str, int] = {}
+        self._open: dict[str, OpenEpisode] = {}
+        self.calls = CallPath(self, store, self.policy, wait_generating=wait_generating,
+                              telemetry=telemetry)
 
     async def load(self) -> None:
         """Restores open episodes after a restart, calls included."""
         for record in await self._store.list_episodes(EpisodeState.OPEN, with_calls=True):
-            self._open[record.episode_id] = _Open(record, record.calls)
+            self._open[record.episode_id] = OpenEpisode(record, record.calls)
             record.calls = []
 
     @property
@@ -113,7 +86,10 @@ class EpisodeRegistry:
 
     def inflight(self, model: str) -> int:
         """Generations of `model` running or queued now."""
-        return self._inflight.get(model, 0)
+        return self.calls.inflight(model)
+
+    def is_open(self, episode_id: str) -> bool:
+        return episode_id in self._open
 
     def open_episodes(self) -> list[tuple[EpisodeRecord, int, float]]:
         """Open episodes with their call count and the time of their last activity."""
@@ -168,7 +144,7 @@ class EpisodeRegistry:
             start_request_id=request_id, owner=owner,
         )
         await self._store.create_episode(record)
-        self._open[episode_id] = _Open(record, [])
+        self._open[episode_id] = OpenEpisode(record, [])
         bind_ids(episode_id=episode_id)
         log.debug("episode_started", episode_id=episode_id, task_id=task_id)
         return record, self.keys.key_for(episode_id)
@@ -197,11 +173,7 @@ class EpisodeRegistry:
         open_ = self._open.get(episode_id)
         return () if open_ is None else open_.calls
 
-    async def by_api_key(self, api_key: str) -> EpisodeRecord | None:
-        episode_id = self.keys.episode_for(api_key)
-        return None if episode_id is None else await self._store.get_episode(episode_id)
-
-    async def _require_open(self, episode_id: str, *, caller: Principal) -> _Open:
+    async def require_open(self, episode_id: str, *, caller: Principal) -> OpenEpisode:
         open_ = self._open.get(episode_id)
         if open_ is not None:
             require_owner(
@@ -216,132 +188,11 @@ class EpisodeRegistry:
 
     # -- generate ------------------------------------------------------------------
 
-    async def generate(
-        self,
-        episode_id: str,
-        *,
-        model: str = "",
-        messages: list[Message] | None = None,
-        tools: list[Message] | None = None,
-        token_ids: list[int] | None = None,
-        sampling: SamplingRequest = _DEFAULT_SAMPLING,
-        request_id: str = "",
-        input_field: str = "input",
-        on_prompt: Callable[[list[int]], None] | None = None,
-        annotations: dict[str, Any] | None = None,
-        caller: Principal,
+    def generate(
+        self, call: GenerateCall, *, on_prompt: Callable[[list[int]], None] | None = None
     ) -> AsyncIterator[GenerationChunk | GenerationResult]:
-        """Runs one call: validates, renders, streams the engine's chunks, records the call,
-        and yields the GenerationResult last. `on_prompt` is told the exact prompt ids
-        before the engine starts (a stream's header reports their count up front).
-        `annotations` (chat input only) are kept with the call's chat record, under
-        "annotations": what the door that made the call needs to show it again (e.g. the
-        Responses API's stored-response fields); rendering never reads them."""
-        bind_ids(episode_id=episode_id)
-        open_ = await self._require_open(episode_id, caller=caller)
-        if replayed := recorded_call(open_.calls, request_id):  # a retry of a finished call
-            if on_prompt is not None:
-                on_prompt(replayed.prompt_ids)
-            yield replay(replayed)
-            return
-        host = self.model_of(open_.record, model)
-        # Only this model's pauses hold this call, and it waits them out (up to the
-        # policy's bound) rather than failing: harnesses that proxy calls drop the
-        # Retry-After of a 429, so a weight sync of seconds would kill their rollouts.
-        # Every door waits, gRPC's Generate too: one rule, and an SDK call then resumes
-        # the moment the pause lifts instead of after a retry's backoff (its retries
-        # still cover a pause longer than the bound). The call holds no engine capacity
-        # while it waits (it counts in flight only once the engine runs it), and a
-        # caller that goes away cancels the wait.
-        paused = await self._wait_generating(host.name, self.policy.pause_wait_s)
-        if paused:
-            raise unavailable(Reason.GENERATION_PAUSED, f"generation is paused: {paused}")
-        open_ = await self._require_open(episode_id, caller=caller)  # ended while waiting?
-        calls_of_model = [c for c in open_.calls if c.model == host.name]
-        request = resolve(
-            host, self.policy, sampling, messages=messages, tools=tools, token_ids=token_ids,
-            earlier_calls=calls_of_model, input_field=input_field, affinity_key=episode_id,
-            annotations=annotations,
-        )
-        self._check_capacity(host.name)
-        if on_prompt is not None:
-            on_prompt(request.prompt_ids)
-
-        call_id = f"call-{uuid.uuid4().hex}"
-        bind_ids(call_id=call_id)
-        t0 = time.perf_counter()
-        timing: dict[str, float] = {}
-        output: GenerationOutput | None = None
-        async for item in self._run_engine(host, request, timing, t0):
-            if isinstance(item, GenerationOutput):
-                output = item
-            else:
-                yield item
-        assert output is not None, "engine ended without a result"
-
-        message, finish_reason = parse_reply(output.text, output.finish_reason)
-        call = call_record(
-            call_id, episode_id, host.name, request, output, message, finish_reason,
-            request_id, calls_of_model,
-        )
-        # Once the engine has finished, the call is recorded whole even if the caller goes
-        # away meanwhile, so the store and the in-memory call list never disagree.
-        recorded = await asyncio.shield(self._record_call(open_, call))
-        if recorded is not call:  # a re-issue of this request_id finished first
-            yield replay(recorded)
-            return
-        if self._telemetry is not None:
-            self._telemetry.call_done(
-                host.name, prompt_tokens=len(call.prompt_ids),
-                completion_tokens=len(call.completion_ids), finish_reason=finish_reason,
-                first_token_s=timing.get("first_token_s"), total_s=time.perf_counter() - t0)
-        yield GenerationResult(call, message, finish_reason, request.overridden)
-
-    def _check_capacity(self, model: str) -> None:
-        if self._inflight.get(model, 0) >= self.policy.max_inflight:
-            raise unavailable(
-                Reason.OVER_CAPACITY,
-                f"model {model!r} already runs {self.policy.max_inflight} generations",
-            )
-
-    async def _run_engine(
-        self, host: ModelHost, request: ResolvedRequest, timing: dict[str, float], t0: float
-    ) -> AsyncIterator[GenerationChunk | GenerationOutput]:
-        """The engine's stream, counted in flight for `host`; the time to the first chunk
-        goes to `timing["first_token_s"]`. A call the engine aborted (the server is
-        stopping) ends in UNAVAILABLE, retryable."""
-        self._inflight[host.name] = self._inflight.get(host.name, 0) + 1
-        try:
-            async for item in host.engine.generate(request.prompt_ids, request.params):
-                if not isinstance(item, GenerationOutput) and "first_token_s" not in timing:
-                    timing["first_token_s"] = time.perf_counter() - t0
-                if isinstance(item, GenerationOutput) and item.finish_reason == "abort":
-                    raise unavailable(Reason.SHUTTING_DOWN,
-                                      "generation was aborted (the server is stopping)")
-                yield item
-        finally:
-            self._inflight[host.name] -= 1
-
-    async def _record_call(self, open_: _Open, call: CallRecord) -> CallRecord:
-        """Records `call`, or returns the call already recorded under its request_id (a
-        client re-issued a call whose stream broke while this one still ran): one
-        request_id, one recorded call."""
-        async with open_.lock:
-            if call.episode_id not in self._open:
-                # Ended or aborted while this call ran: hand the result back, record nothing.
-                log.warning("call_after_episode_closed", episode_id=call.episode_id)
-                return call
-            if call.request_id:
-                for earlier in open_.calls:
-                    if earlier.request_id == call.request_id:
-                        return earlier
-            call.seq = len(open_.calls)
-            await self._store.add_call(call)
-            for older in open_.calls:  # the caches serve the next turn only (memory)
-                if older.model == call.model:
-                    older.chat, older.rendered_text = None, ""
-            open_.calls.append(call)
-            return call
+        """Runs one call (`CallPath.generate`): chunks as they come, the result last."""
+        return self.calls.generate(call, on_prompt=on_prompt)
 
     def model_of(self, record: EpisodeRecord, model: str) -> ModelHost:
         """The model a call of `record` names ("" is the episode's first): the one rule,
@@ -362,11 +213,11 @@ class EpisodeRegistry:
     async def submit_reward(
         self, episode_id: str, value: float, call_id: str = "", *, caller: Principal
     ) -> float | None:
-        open_ = await self._require_open(episode_id, caller=caller)
+        open_ = await self.require_open(episode_id, caller=caller)
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             raise invalid("value", f"reward must be a finite number; got {value!r}")
         async with open_.lock:
-            await self._require_open(episode_id, caller=caller)
+            await self.require_open(episode_id, caller=caller)
             if call_id:
                 call = next((c for c in open_.calls if c.call_id == call_id), None)
                 if call is None:
@@ -385,10 +236,10 @@ class EpisodeRegistry:
         returns the episode's per-model rewards."""
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             raise invalid("value", f"reward must be a finite number; got {value!r}")
-        open_ = await self._require_open(episode_id, caller=caller)
+        open_ = await self.require_open(episode_id, caller=caller)
         self._check_reward_models(open_.record, {model: value}, "model")
         async with open_.lock:
-            await self._require_open(episode_id, caller=caller)
+            await self.require_open(episode_id, caller=caller)
             await self._store.set_model_reward(episode_id, model, float(value))
             open_.record.model_rewards[model] = float(value)
             return dict(open_.record.model_rewards)
@@ -413,10 +264,10 @@ class EpisodeRegistry:
         replay = await self._replayed_finish(episode_id, request_id, EpisodeState.ENDED, caller)
         if replay is not None:
             return replay
-        open_ = await self._require_open(episode_id, caller=caller)
+        open_ = await self.require_open(episode_id, caller=caller)
         self._check_reward_models(open_.record, model_rewards or {}, "model_rewards")
         async with open_.lock:
-            await self._require_open(episode_id, caller=caller)
+            await self.require_open(episode_id, caller=caller)
             final = open_.record.reward if reward is None else float(reward)
             if final is None:
                 raise precondition(

@@ -29,7 +29,7 @@ from typing import Any
 
 from swarmrl_server.config import PAUSE_WAIT_S
 from swarmrl_server.engine.base import Engine, SamplingParams
-from swarmrl_server.episodes.chat import Message, validate_messages
+from swarmrl_server.episodes.chat import Annotations, Message, validate_messages
 from swarmrl_server.episodes.render import render_prompt
 from swarmrl_server.errors import invalid
 from swarmrl_server.hosting import ModelHost
@@ -151,7 +151,7 @@ def resolve_prompt(
     token_ids: list[int] | None,
     earlier_calls: Sequence[CallRecord],
     input_field: str,
-    annotations: dict[str, Any] | None = None,
+    annotations: Annotations | None = None,
 ) -> tuple[list[int], dict[str, Any] | None, str]:
     """The prompt's exact ids, the chat to record (None for token input) and its rendered
     text. `earlier_calls` are the episode's calls of this model, which a chat extends;
@@ -211,7 +211,7 @@ def resolve(
     earlier_calls: Sequence[CallRecord] = (),
     input_field: str = "input",
     affinity_key: str = "",
-    annotations: dict[str, Any] | None = None,
+    annotations: Annotations | None = None,
 ) -> ResolvedRequest:
     """The one resolution step (see the module doc): sampling, then prompt, then the
     context's room. `affinity_key` routes the call's replicas (the episode id);

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 from google.protobuf import duration_pb2
 
@@ -16,6 +15,7 @@ from swarmrl_proto.v1 import session_service_pb2 as s_pb
 from swarmrl_proto.v1 import session_service_pb2_grpc as s_grpc
 from swarmrl_proto.v1 import types_pb2 as t_pb
 from swarmrl_server.engine.base import GenerationChunk
+from swarmrl_server.episodes.call_path import GenerateCall
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.coalesce import coalesced
 from swarmrl_server.errors import invalid
@@ -119,21 +119,7 @@ class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
     async def Generate(
         self, request: ep_pb.GenerateRequest, context: Context
     ) -> AsyncIterator[ep_pb.GenerateResponse]:
-        kind = request.WhichOneof("input")
-        kwargs: dict[str, Any] = {}
-        if kind == "chat":
-            kwargs["messages"] = convert.messages_from_proto(
-                request.chat.messages, "input.chat.messages"
-            )
-            kwargs["tools"] = convert.tools_from_proto(request.chat.tools)
-        elif kind == "tokens":
-            kwargs["token_ids"] = list(request.tokens.token_ids)
-        stream = self.swarm.episodes.generate(
-            request.episode_id, model=request.model, request_id=request.request_id,
-            sampling=convert.sampling_from_proto(request.sampling),
-            input_field=f"input.{kind}" if kind else "input", caller=self.caller(context),
-            **kwargs,
-        )
+        stream = self.swarm.episodes.generate(self._call_of(request, context))
         if request.result_only:
             # No chunk is sent, so none is joined either: the engine's stream is read in
             # this task, with no pump task and queue between (see coalesce.py).
@@ -147,6 +133,20 @@ class EpisodeServicer(_Owned, ep_grpc.EpisodeServiceServicer):
                     token_ids=item.token_ids, logprobs=item.logprobs, text=item.text))
             else:
                 yield ep_pb.GenerateResponse(result=_result_to_proto(item))
+
+    def _call_of(self, request: ep_pb.GenerateRequest, context: Context) -> GenerateCall:
+        """The domain's call for a Generate request (its input: chat or token ids)."""
+        kind = request.WhichOneof("input")
+        chat = kind == "chat"
+        return GenerateCall(
+            request.episode_id, self.caller(context), model=request.model,
+            messages=convert.messages_from_proto(request.chat.messages, "input.chat.messages")
+            if chat else None,
+            tools=convert.tools_from_proto(request.chat.tools) if chat else None,
+            token_ids=list(request.tokens.token_ids) if kind == "tokens" else None,
+            sampling=convert.sampling_from_proto(request.sampling),
+            request_id=request.request_id, input_field=f"input.{kind}" if kind else "input",
+        )
 
     @translate_errors
     async def SubmitReward(self, request: ep_pb.SubmitRewardRequest, context: Context) -> ep_pb.SubmitRewardResponse:

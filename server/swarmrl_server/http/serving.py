@@ -26,12 +26,13 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from swarmrl_server.engine.base import GenerationChunk
+from swarmrl_server.episodes.call_path import GenerateCall
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.chat import Message, ReplyParser, cut_tool_call
 from swarmrl_server.episodes.render import chat_of
@@ -42,9 +43,23 @@ from swarmrl_server.http.errors import HttpError, from_swarm_error, internal_err
 from swarmrl_server.http.generation import Generations, TokenText
 from swarmrl_server.http.protocol import SwarmrlInfo, log
 from swarmrl_server.http.sse import EventStreamResponse, unless_disconnected
-from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.store.records import EpisodeRecord
 from swarmrl_server.swarm import Swarm
+
+
+class ModelNamed(Protocol):
+    """A request that names its model (every door's, and Anthropic's count_tokens)."""
+
+    model: str
+
+
+class DoorRequest(ModelNamed, Protocol):
+    """What the base reads of a generating door's request; the rest is the door's."""
+
+    stream: bool
+
+
+Req = TypeVar("Req", bound=DoorRequest)
 
 
 @dataclass(frozen=True)
@@ -64,14 +79,14 @@ def refuse(req: Any, refusals: Iterable[Refusal]) -> None:
 
 
 @dataclass
-class Plan:
+class Plan(Generic[Req]):
     """A validated request, ready to run: one `EpisodeRegistry.generate` call per choice."""
 
-    req: Any
+    req: Req
     episode_id: str
     host: ModelHost
-    calls: list[dict[str, Any]]
-    """Per choice, the keyword arguments of `generate` (prompt, sampling, request id...)."""
+    calls: list[GenerateCall]
+    """Per choice, the call `generate` runs (prompt, sampling, request id...)."""
     params: Mapping[str, str]
     """Domain field path -> request field, for error messages."""
     parse_tools: bool = False
@@ -85,7 +100,7 @@ class Plan:
     created: int = field(default_factory=lambda: int(time.time()))
     prompt_ids: list[int] = field(default_factory=list)
     """The first choice's exact prompt, known once the plan has started."""
-    door: Any = None
+    door: object = None
     """What else the door keeps for rendering (the Responses API's settings)."""
 
 
@@ -149,7 +164,7 @@ class ChoiceState:
     """A text block (or message item) is open and takes the next text."""
     result: GenerationResult | None = None
 
-    def take(self, item: GenerationChunk | GenerationResult, plan: Plan) -> Piece:
+    def take(self, item: GenerationChunk | GenerationResult, plan: Plan[Any]) -> Piece:
         if isinstance(item, GenerationChunk):
             piece = Piece(item.text, item.token_ids, item.logprobs, item.top_logprobs,
                           len(self.fed_text))
@@ -174,8 +189,9 @@ class ChoiceState:
         return piece
 
 
-class ServingGeneration:
-    """The base of every generating door (see the module doc)."""
+class ServingGeneration(Generic[Req]):
+    """The base of every generating door (see the module doc), generic in its request:
+    mypy checks each door's request to the `GenerateCall`s it makes."""
 
     door: ClassVar[str] = "generation"
     """The door's name in logs."""
@@ -189,32 +205,32 @@ class ServingGeneration:
 
     # -- what a door says ------------------------------------------------------------
 
-    def params(self, req: Any) -> Mapping[str, str]:
+    def params(self, req: Req) -> Mapping[str, str]:
         raise NotImplementedError
 
-    def plan(self, req: Any, episode: EpisodeRecord, host: ModelHost) -> Plan:
+    def plan(self, req: Req, episode: EpisodeRecord, host: ModelHost) -> Plan[Req]:
         raise NotImplementedError
 
-    def render(self, plan: Plan, results: list[GenerationResult]) -> Any:
+    def render(self, plan: Plan[Req], results: list[GenerationResult]) -> Any:
         """The unary response's JSON body."""
         raise NotImplementedError
 
-    def stream_open(self, plan: Plan) -> Iterable[str]:
+    def stream_open(self, plan: Plan[Req]) -> Iterable[str]:
         return ()
 
-    def render_piece(self, plan: Plan, state: ChoiceState, piece: Piece,
+    def render_piece(self, plan: Plan[Req], state: ChoiceState, piece: Piece,
                      states: list[ChoiceState]) -> Iterable[str]:
         raise NotImplementedError
 
-    def stream_close(self, plan: Plan, states: list[ChoiceState]) -> Iterable[str]:
+    def stream_close(self, plan: Plan[Req], states: list[ChoiceState]) -> Iterable[str]:
         return ()
 
-    def stream_error(self, plan: Plan, err: HttpError) -> str:
+    def stream_error(self, plan: Plan[Req], err: HttpError) -> str:
         raise NotImplementedError
 
     # -- the pipeline ----------------------------------------------------------------
 
-    async def host_for(self, req: Any, raw: Request) -> tuple[EpisodeRecord, ModelHost]:
+    async def host_for(self, req: ModelNamed, raw: Request) -> tuple[EpisodeRecord, ModelHost]:
         """The request's episode and its model (404 for a model it does not use)."""
         episode = await self.auth.open_episode(raw)
         if not req.model:
@@ -222,9 +238,9 @@ class ServingGeneration:
         try:
             return episode, self.swarm.episodes.model_of(episode, req.model)
         except SwarmError as err:
-            raise from_swarm_error(err, self.params(req)) from None
+            raise from_swarm_error(err, {}) from None
 
-    async def create(self, req: Any, raw: Request) -> Any:
+    async def create(self, req: Req, raw: Request) -> Any:
         episode, host = await self.host_for(req, raw)
         params = self.params(req)
         try:
@@ -232,8 +248,7 @@ class ServingGeneration:
             plan = self.plan(req, episode, host)
             gens = Generations([
                 self.swarm.episodes.generate(
-                    episode.episode_id, model=host.name, input_field="input", caller=IN_PROCESS,
-                    on_prompt=plan.prompt_ids.extend if i == 0 else None, **call)
+                    call, on_prompt=plan.prompt_ids.extend if i == 0 else None)
                 for i, call in enumerate(plan.calls)
             ], chunks=req.stream)
             await gens.start(raw)
@@ -247,7 +262,7 @@ class ServingGeneration:
             raise from_swarm_error(err, params) from None
         return JSONResponse(self.render(plan, results))
 
-    async def _stream(self, plan: Plan, gens: Generations) -> AsyncIterator[str]:
+    async def _stream(self, plan: Plan[Req], gens: Generations) -> AsyncIterator[str]:
         states = [ChoiceState(i, ReplyParser() if plan.parse_tools else None)
                   for i in range(len(gens))]
         for event in self.stream_open(plan):

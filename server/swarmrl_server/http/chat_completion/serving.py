@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from swarmrl_server.episodes.call_path import GenerateCall
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.chat import Message, make_message
 from swarmrl_server.hosting import ModelHost
@@ -48,6 +49,7 @@ from swarmrl_server.http.serving import (
     swarmrl_info,
 )
 from swarmrl_server.http.sse import sse
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.store.records import EpisodeRecord
 
 REFUSALS = (
@@ -88,7 +90,7 @@ def tool_calls_out(calls: list[Message]) -> list[ToolCallOut] | None:
         name=c["function"]["name"], arguments=c["function"]["arguments"])) for c in calls] or None
 
 
-class OpenAIServingChat(ServingGeneration):
+class OpenAIServingChat(ServingGeneration[ChatCompletionRequest]):
     """Serves `/v1/chat/completions` for the episode the request's key addresses."""
 
     door = "chat"
@@ -101,7 +103,8 @@ class OpenAIServingChat(ServingGeneration):
                     "max_completion_tokens" if req.max_completion_tokens else "max_tokens",
                 "params.structural_tag": "response_format" if req.response_format else "tools"}
 
-    def plan(self, req: ChatCompletionRequest, episode: EpisodeRecord, host: ModelHost) -> Plan:
+    def plan(self, req: ChatCompletionRequest, episode: EpisodeRecord,
+             host: ModelHost) -> Plan[ChatCompletionRequest]:
         check_parallel_tool_calls(req.parallel_tool_calls, bool(req.tools), req.tool_choice)
         messages = to_messages(req.messages)
         parse_tools = req.tool_choice != "none"
@@ -116,9 +119,11 @@ class OpenAIServingChat(ServingGeneration):
                 [(t.function.name, t.function.parameters or {}) for t in req.tools or []],
                 req.tool_choice, req.response_format),
         )
-        calls = [{"messages": messages, "tools": tools or None, "sampling": s, "request_id":
-                  (f"{req.request_id}/{i}" if req.n > 1 else req.request_id)
-                  if req.request_id else ""} for i, s in enumerate(samplings)]
+        calls = [GenerateCall(
+            episode.episode_id, IN_PROCESS, model=host.name, messages=messages,
+            tools=tools or None, sampling=s, request_id=(
+                f"{req.request_id}/{i}" if req.n > 1 else req.request_id)
+            if req.request_id else "") for i, s in enumerate(samplings)]
         return Plan(req, episode.episode_id, host, calls, self.params(req),
                     parse_tools=parse_tools,
                     forced_tool=req.tool_choice not in (None, "auto", "none"),
@@ -126,8 +131,8 @@ class OpenAIServingChat(ServingGeneration):
                     tt=TokenText(host.tokenizer) if req.logprobs else None,
                     response_id=f"chatcmpl-{uuid.uuid4().hex}")
 
-    def render(self, plan: Plan, results: list[GenerationResult]) -> Any:
-        req: ChatCompletionRequest = plan.req
+    def render(self, plan: Plan[ChatCompletionRequest], results: list[GenerationResult]) -> Any:
+        req = plan.req
         choices = []
         for i, r in enumerate(results):
             content, calls = reply_of(plan.parse_tools, plan.forced_tool, r, plan.forced_name)
@@ -146,13 +151,13 @@ class OpenAIServingChat(ServingGeneration):
             swarmrl=swarmrl_info(plan.episode_id, results),
         ).model_dump(mode="json")
 
-    def _chunk(self, plan: Plan, **fields: Any) -> ChatCompletionChunk:
+    def _chunk(self, plan: Plan[ChatCompletionRequest], **fields: Any) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=plan.response_id, created=plan.created,
                                    model=plan.req.model, **fields)
 
-    def render_piece(self, plan: Plan, state: ChoiceState, piece: Piece,
+    def render_piece(self, plan: Plan[ChatCompletionRequest], state: ChoiceState, piece: Piece,
                      states: list[ChoiceState]) -> Iterable[str]:
-        req: ChatCompletionRequest = plan.req
+        req = plan.req
         delta = ChatDelta()
         if not state.started:
             state.started = True
@@ -184,11 +189,11 @@ class OpenAIServingChat(ServingGeneration):
             out.swarmrl = swarmrl_info(plan.episode_id, results_of(states))
         return (sse(out.model_dump(mode="json")),)
 
-    def stream_close(self, plan: Plan, states: list[ChoiceState]) -> Iterable[str]:
+    def stream_close(self, plan: Plan[ChatCompletionRequest], states: list[ChoiceState]) -> Iterable[str]:
         if plan.req.stream_options and plan.req.stream_options.include_usage:
             usage = self._chunk(plan, choices=[], usage=usage_of(results_of(states)))
             return (sse(usage.model_dump(mode="json")),)
         return ()
 
-    def stream_error(self, plan: Plan, err: HttpError) -> str:
+    def stream_error(self, plan: Plan[ChatCompletionRequest], err: HttpError) -> str:
         return openai_stream_error(err)

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from swarmrl_server.episodes.call_path import GenerateCall
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.http.completion.protocol import (
@@ -35,6 +36,7 @@ from swarmrl_server.http.serving import (
 )
 from swarmrl_server.http.sse import sse
 from swarmrl_server.limits import check_prompt_bytes, utf8_size
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.store.records import EpisodeRecord
 
 PARAMS = {"sampling": "", "input.token_ids": "prompt", "input": "prompt"}
@@ -92,7 +94,7 @@ def usage_of(results: list[GenerationResult], n: int) -> Usage:
                  total_tokens=prompt + completion)
 
 
-class OpenAIServingCompletion(ServingGeneration):
+class OpenAIServingCompletion(ServingGeneration[CompletionRequest]):
     """Serves `/v1/completions` for the episode the request's key addresses."""
 
     door = "completion"
@@ -102,20 +104,22 @@ class OpenAIServingCompletion(ServingGeneration):
     def params(self, req: CompletionRequest) -> Mapping[str, str]:
         return PARAMS
 
-    def plan(self, req: CompletionRequest, episode: EpisodeRecord, host: ModelHost) -> Plan:
+    def plan(self, req: CompletionRequest, episode: EpisodeRecord,
+             host: ModelHost) -> Plan[CompletionRequest]:
         prompts = prompts_of(req, host)
         samplings = sampling_for_choices(
             req.n, temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens,
             stop=req.stop, seed=req.seed, top_logprobs=req.logprobs or 0,
         )
-        calls = [{"token_ids": ids, "sampling": s,
-                  "request_id": f"{req.request_id}/{p}/{i}" if req.request_id else ""}
-                 for p, ids in enumerate(prompts) for i, s in enumerate(samplings)]
+        calls = [GenerateCall(
+            episode.episode_id, IN_PROCESS, model=host.name, token_ids=ids, sampling=s,
+            request_id=f"{req.request_id}/{p}/{i}" if req.request_id else "")
+            for p, ids in enumerate(prompts) for i, s in enumerate(samplings)]
         return Plan(req, episode.episode_id, host, calls, PARAMS, tt=TokenText(host.tokenizer),
                     response_id=f"cmpl-{uuid.uuid4().hex}")
 
-    def render(self, plan: Plan, results: list[GenerationResult]) -> Any:
-        req: CompletionRequest = plan.req
+    def render(self, plan: Plan[CompletionRequest], results: list[GenerationResult]) -> Any:
+        req = plan.req
         choices = [
             CompletionChoice(
                 index=i, text=r.call.text, finish_reason=openai_finish(False, r),  # type: ignore[arg-type]
@@ -131,9 +135,9 @@ class OpenAIServingCompletion(ServingGeneration):
             usage=usage_of(results, req.n), swarmrl=swarmrl_info(plan.episode_id, results),
         ).dump()
 
-    def render_piece(self, plan: Plan, state: ChoiceState, piece: Piece,
+    def render_piece(self, plan: Plan[CompletionRequest], state: ChoiceState, piece: Piece,
                      states: list[ChoiceState]) -> Iterable[str]:
-        req: CompletionRequest = plan.req
+        req = plan.req
         r = piece.result
         if r is None and not piece.text and not req.return_token_ids and req.logprobs is None:
             return ()
@@ -150,13 +154,13 @@ class OpenAIServingCompletion(ServingGeneration):
             out.swarmrl = swarmrl_info(plan.episode_id, results_of(states))
         return (sse(out.dump()),)
 
-    def stream_close(self, plan: Plan, states: list[ChoiceState]) -> Iterable[str]:
-        req: CompletionRequest = plan.req
+    def stream_close(self, plan: Plan[CompletionRequest], states: list[ChoiceState]) -> Iterable[str]:
+        req = plan.req
         if req.stream_options and req.stream_options.include_usage:
             usage = CompletionResponse(id=plan.response_id, created=plan.created, model=req.model,
                                        choices=[], usage=usage_of(results_of(states), req.n))
             return (sse(usage.dump()),)
         return ()
 
-    def stream_error(self, plan: Plan, err: HttpError) -> str:
+    def stream_error(self, plan: Plan[CompletionRequest], err: HttpError) -> str:
         return openai_stream_error(err)

@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import Request
 
+from swarmrl_server.episodes.call_path import GenerateCall
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.episodes.chat import Message, encode, render_text, validate_messages
 from swarmrl_server.episodes.resolve import SamplingRequest
@@ -39,6 +40,7 @@ from swarmrl_server.http.serving import (
     swarmrl_info,
 )
 from swarmrl_server.http.sse import sse
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.store.records import EpisodeRecord
 
 __all__ = ["AnthropicServingMessages", "to_messages"]
@@ -51,7 +53,7 @@ def event(kind: str, **fields: Any) -> str:
     return sse({"type": kind, **fields}, kind)
 
 
-class AnthropicServingMessages(ServingGeneration):
+class AnthropicServingMessages(ServingGeneration[MessagesRequest]):
     """Serves `/v1/messages` for the episode the request's key addresses."""
 
     door = "messages"
@@ -59,7 +61,8 @@ class AnthropicServingMessages(ServingGeneration):
     def params(self, req: MessagesRequest) -> Mapping[str, str]:
         return PARAMS
 
-    def plan(self, req: MessagesRequest, episode: EpisodeRecord, host: ModelHost) -> Plan:
+    def plan(self, req: MessagesRequest, episode: EpisodeRecord,
+             host: ModelHost) -> Plan[MessagesRequest]:
         messages = to_messages(req.system, req.messages)
         tools, parse_tools = to_tools(req.tools, req.tool_choice, req.thinking)
         choice = req.tool_choice
@@ -70,14 +73,15 @@ class AnthropicServingMessages(ServingGeneration):
                 [(t.name, t.input_schema or {}) for t in req.tools or []],
                 choice.type if choice else None, choice.name if choice else None),
         )
-        calls = [{"messages": messages, "tools": tools, "sampling": sampling,
-                  "request_id": req.request_id or ""}]
+        calls = [GenerateCall(episode.episode_id, IN_PROCESS, model=host.name,
+                              messages=messages, tools=tools, sampling=sampling,
+                              request_id=req.request_id or "")]
         return Plan(req, episode.episode_id, host, calls, PARAMS, parse_tools=parse_tools,
                     forced_tool=choice is not None and choice.type in ("any", "tool"),
                     forced_name=choice.name or "" if choice and choice.type == "tool" else "",
                     response_id=f"msg_{uuid.uuid4().hex}")
 
-    def render(self, plan: Plan, results: list[GenerationResult]) -> Any:
+    def render(self, plan: Plan[MessagesRequest], results: list[GenerationResult]) -> Any:
         [r] = results
         c = r.call
         stop_reason, stop_sequence = self._stop(plan, r)
@@ -105,7 +109,7 @@ class AnthropicServingMessages(ServingGeneration):
         text = render_text(host.tokenizer, messages, tools, generation_prompt=True)
         return {"input_tokens": len(encode(host.tokenizer, text))}
 
-    def _stop(self, plan: Plan, r: GenerationResult) -> tuple[Any, str | None]:
+    def _stop(self, plan: Plan[MessagesRequest], r: GenerationResult) -> tuple[Any, str | None]:
         if r.finish_reason == "tool_calls":
             return "tool_use", None
         if r.finish_reason == "length":  # a cut tool call too: Anthropic's "max_tokens"
@@ -123,7 +127,7 @@ class AnthropicServingMessages(ServingGeneration):
 
     # -- streaming -------------------------------------------------------------------
 
-    def stream_open(self, plan: Plan) -> Iterable[str]:
+    def stream_open(self, plan: Plan[MessagesRequest]) -> Iterable[str]:
         # The plan has started: message_start can carry the prompt's real size.
         yield event("message_start", message={
             "id": plan.response_id, "type": "message", "role": "assistant",
@@ -160,7 +164,7 @@ class AnthropicServingMessages(ServingGeneration):
                     "type": "input_json_delta", "partial_json": fn["arguments"]}),
                 event("content_block_stop", index=i)]
 
-    def render_piece(self, plan: Plan, state: ChoiceState, piece: Piece,
+    def render_piece(self, plan: Plan[MessagesRequest], state: ChoiceState, piece: Piece,
                      states: list[ChoiceState]) -> Iterable[str]:
         events = self._text(state, piece.content)
         for call in piece.calls:
@@ -185,8 +189,8 @@ class AnthropicServingMessages(ServingGeneration):
             delta["token_ids"] = list(c.completion_ids)
         return [*events, event("message_delta", **delta)]
 
-    def stream_close(self, plan: Plan, states: list[ChoiceState]) -> Iterable[str]:
+    def stream_close(self, plan: Plan[MessagesRequest], states: list[ChoiceState]) -> Iterable[str]:
         return (event("message_stop"),)
 
-    def stream_error(self, plan: Plan, err: HttpError) -> str:
+    def stream_error(self, plan: Plan[MessagesRequest], err: HttpError) -> str:
         return anthropic_stream_error(err)

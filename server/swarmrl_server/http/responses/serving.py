@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from swarmrl_server.episodes.call_path import GenerateCall
 from swarmrl_server.episodes.calls import GenerationResult
 from swarmrl_server.hosting import ModelHost
 from swarmrl_server.http.constraints import check_parallel_tool_calls, responses_constraint
@@ -37,6 +38,7 @@ from swarmrl_server.http.responses.protocol import (
 )
 from swarmrl_server.http.serving import ChoiceState, Piece, Plan, Refusal, ServingGeneration
 from swarmrl_server.http.sse import sse
+from swarmrl_server.security import IN_PROCESS
 from swarmrl_server.store.records import EpisodeRecord
 
 
@@ -94,7 +96,13 @@ class Stream:
         return sse({"type": kind, "sequence_number": next(self.seq), **fields}, kind)
 
 
-class OpenAIServingResponses(ServingGeneration):
+def stream_of(plan: Plan[ResponsesRequest]) -> Stream:
+    """The response's own state, which `plan` keeps for it."""
+    assert isinstance(plan.door, Stream)
+    return plan.door
+
+
+class OpenAIServingResponses(ServingGeneration[ResponsesRequest]):
     """Serves `/v1/responses` for the episode the request's key addresses."""
 
     door = "responses"
@@ -106,7 +114,8 @@ class OpenAIServingResponses(ServingGeneration):
                 "input.messages": "input",
                 "params.structural_tag": "text.format" if fmt else "tools"}
 
-    def plan(self, req: ResponsesRequest, episode: EpisodeRecord, host: ModelHost) -> Plan:
+    def plan(self, req: ResponsesRequest, episode: EpisodeRecord,
+             host: ModelHost) -> Plan[ResponsesRequest]:
         check_lists(req)
         settings = settings_for(req, episode.episode_id)
         messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
@@ -125,21 +134,22 @@ class OpenAIServingResponses(ServingGeneration):
                 [(t["name"], t.get("parameters") or {}) for t in settings.tools],
                 settings.tool_choice, settings.text["format"]),
         )
-        calls = [{"messages": messages + new, "tools": to_tools(settings), "sampling": sampling,
-                  "request_id": req.request_id or "",
-                  "annotations": store.call_annotations(settings)}]
+        calls = [GenerateCall(episode.episode_id, IN_PROCESS, model=host.name,
+                              messages=messages + new, tools=to_tools(settings),
+                              sampling=sampling, request_id=req.request_id or "",
+                              annotations=store.call_annotations(settings))]
         return Plan(req, episode.episode_id, host, calls, self.params(req),
                     parse_tools=settings.parse_tools, forced_tool=settings.forced_tool,
                     forced_name=settings.forced_name,
                     tt=TokenText(host.tokenizer) if logprobs else None, door=Stream(settings))
 
-    def _finished(self, plan: Plan, result: GenerationResult) -> ResponseObject:
-        settings = plan.door.settings
+    def _finished(self, plan: Plan[ResponsesRequest], result: GenerationResult) -> ResponseObject:
+        settings = stream_of(plan).settings
         if result.replayed:  # a retried request's response is the recorded one
             settings = store.settings_of(result.call) or settings
         return finished(settings, result, plan.episode_id, plan.tt, plan.req.return_token_ids)
 
-    def render(self, plan: Plan, results: list[GenerationResult]) -> Any:
+    def render(self, plan: Plan[ResponsesRequest], results: list[GenerationResult]) -> Any:
         return self._finished(plan, results[0]).model_dump(mode="json")
 
     async def retrieve(self, response_id: str, raw: Request) -> Any:
@@ -151,10 +161,11 @@ class OpenAIServingResponses(ServingGeneration):
 
     # -- streaming -------------------------------------------------------------------
 
-    def stream_open(self, plan: Plan) -> Iterable[str]:
-        head = ResponseObject(**plan.door.settings.model_dump()).model_dump(mode="json")
-        return (plan.door.event("response.created", response=head),
-                plan.door.event("response.in_progress", response=head))
+    def stream_open(self, plan: Plan[ResponsesRequest]) -> Iterable[str]:
+        s = stream_of(plan)
+        head = ResponseObject(**s.settings.model_dump()).model_dump(mode="json")
+        return (s.event("response.created", response=head),
+                s.event("response.in_progress", response=head))
 
     @staticmethod
     def _open_message(s: Stream, state: ChoiceState) -> list[str]:
@@ -168,9 +179,9 @@ class OpenAIServingResponses(ServingGeneration):
                 s.event("response.content_part.added", **where, content_index=0, part={
                     "type": "output_text", "text": "", "annotations": [], "logprobs": []})]
 
-    def render_piece(self, plan: Plan, state: ChoiceState, piece: Piece,
+    def render_piece(self, plan: Plan[ResponsesRequest], state: ChoiceState, piece: Piece,
                      states: list[ChoiceState]) -> Iterable[str]:
-        s: Stream = plan.door
+        s = stream_of(plan)
         events = []
         if piece.content:  # tool calls come whole from the recorded reply, at the end
             events += self._open_message(s, state)
@@ -201,6 +212,6 @@ class OpenAIServingResponses(ServingGeneration):
         kind = "response.incomplete" if body.status == "incomplete" else "response.completed"
         return [*events, s.event(kind, response=body.model_dump(mode="json"))]
 
-    def stream_error(self, plan: Plan, err: HttpError) -> str:
-        s: Stream = plan.door
+    def stream_error(self, plan: Plan[ResponsesRequest], err: HttpError) -> str:
+        s = stream_of(plan)
         return s.event("error", code=err.code, message=err.message, param=err.param)
