@@ -85,7 +85,8 @@ class RunnerConfig:
     group_size: int = 8
     """Rollouts per item in training (a GRPO group); must equal the trainer's group_size."""
     concurrency: int = 16
-    """Rollouts playing at once (and the size of the shared connection pool)."""
+    """Rollouts playing at once (and the size of the shared connection pool; the event
+    loop's default executor, which ``asyncio.to_thread`` uses, gets 4 threads more)."""
     rollout_timeout_s: float = 600.0
     """A rollout running longer fails (aborted; the policy's failure: not retried)."""
     retries: int = 1
