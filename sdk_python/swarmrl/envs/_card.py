@@ -4,10 +4,15 @@
 rendering) into their ``--out``: the command (``argv``, which ``--from-card`` repeats),
 the environment's id, arguments and description, each split's size and a hash of its
 items' content, the server (model, engine, every train option with its value, defaults
-included, when the server was started here), the runner's settings, every evaluation
-(split, pinned policy version, figures, checkpoint), which checkpoint was selected by
-val and the one test evaluation, wall times, the git commit and the versions of the
-packages that decide the numbers.
+included, when the server was started here), the runner's settings and the client's
+session lease, every evaluation (split, pinned policy version, figures with the failures
+by kind, checkpoint, whether it was deleted), training's totals (with their failures by
+kind), which checkpoint was selected by val and the one test evaluation (or that it was
+interrupted), why a run stopped or was refused, each start of a resumed run, wall
+times, the git commit and the versions of the packages that decide the numbers.
+
+A card is also the state a resumed run starts from (`_runfolder`), so it is replaced
+atomically (`write_atomic`): a writer killed mid-write leaves the previous card whole.
 
 A figure quoted in the docs links to its card with the figure's path as the fragment
 (``[0.450](results/cards/x.json#test.success_rate)``); a test reads every such link and

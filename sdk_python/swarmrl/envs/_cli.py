@@ -1,14 +1,27 @@
 """``swarmrl train ENV`` and ``swarmrl eval ENV``: an environment against a swarm server.
 
 Both either start a server (``--model``, ``--engine``, ``--train-option``, ``--server-arg``;
-stopped at the end) or attach to a running one (``--target``). Everything a run writes
-goes to ``--out``: ``rollouts.jsonl`` (one record per rollout, train and eval) and the run
-card, ``card.json`` + ``card.md`` (`_card`). ``swarmrl train`` follows `_flow`: val before
-on a pinned version, training, val after, the best checkpoint by val, test once on it.
+stopped at the end, and dying with the command if it is killed) or attach to a running one
+(``--target``). Everything a run writes goes to ``--out``: ``rollouts.jsonl`` (one record
+per rollout attempt, train and eval) and the run card, ``card.json`` + ``card.md``
+(`_card`). ``swarmrl train`` follows `_flow`: val before on a pinned version, training,
+val after, the best checkpoint by val, test once on it.
 
-An attached ``swarmrl train`` (``--target``, e.g. a study's client) started again on the
-same ``--out`` resumes: it keeps its evaluations so far, its first start's deadline and
-the groups it trained, and once finished plays nothing more.
+Before anything is played, a run is refused (exit 2, the card says why) when an attached
+server's trainer groups another ``group_size`` than ``--group-size``, or when a split it
+would evaluate has no items. An error every rollout would meet (`RunStopped`: a bug in
+the environment's ``play()``, a server refusing the run's options, ``--max-failures``
+rollouts failed in a row) stops the run at once: exit 1, the error and its item printed
+and recorded (``card["stopped"]``), a started server stopped.
+
+The client's session lease is ``--lease`` (`DEFAULT_LEASE_S`): training holds are bound
+to the session, so it is also how long a killed run's hold outlives it.
+
+``swarmrl train`` started again on the same ``--out`` resumes (`_runfolder`), attached or
+not: with a started server, a server is started again on the folder's data dir (once the
+killed run's own is gone), which resumes training from its latest checkpoint. A finished
+run plays nothing more. ``swarmrl eval`` does not resume: it refuses a folder that holds
+a run. ``swarmrl eval --checkpoint PATH`` evaluates a checkpoint a training server wrote.
 """
 
 from __future__ import annotations
@@ -16,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import sys
 import time
@@ -27,9 +39,13 @@ from typing import IO, Any
 
 from swarmrl._client import AsyncSwarmClient
 from swarmrl._config import ClientConfig
+from swarmrl._errors import FailedPreconditionError, InvalidArgumentError
 from swarmrl._sampling import SamplingParams
 from swarmrl.envs import _card, _runfolder
 from swarmrl.envs._api import Environment
+from swarmrl.envs._cli_args import DEFAULT_LEASE_S, UsageError, from_card
+from swarmrl.envs._cli_args import parser as _parser
+from swarmrl.envs._cli_args import train_options as _train_options
 from swarmrl.envs._failures import RunStopped
 from swarmrl.envs._flow import EmptySplit, evaluate_once, splits_record, train_and_test
 from swarmrl.envs._load import load_environment, parse_env_args
@@ -37,128 +53,7 @@ from swarmrl.envs._report import RolloutRecord
 from swarmrl.envs._runner import Runner, RunnerConfig
 from swarmrl.envs._server import ServerProcess, wait_gone
 
-__all__ = ["eval_main", "train_main"]
-
-_ENV_HELP = """\
-ENV names the environment:
-  package.module:attr     a swarmrl.envs.Environment, or a class or function making one
-                          (called with the --env-arg values as keyword arguments)
-  path/to/file.py:attr    the same, from a file
-  verifiers:ID            a verifiers environment (swarmrl.envs.verifiers)
-  openenv:SPEC            an OpenEnv environment (swarmrl.envs.openenv)
-"""
-
-DEFAULT_LEASE_S = 60.0
-"""The default ``--lease``. A training hold is bound to the session, so the lease is how
-long a dead client stops training on its server; a lease that lapses while the client
-lives (its heartbeats stalled) costs the run its open episodes. 60 s is renewed every
-20 s, so two renewals in a row may fail (a loaded machine, a server restart) first."""
-
-
-def _lease(text: str) -> float:
-    """``--lease``: seconds, within the range the server grants (it clamps to 1-600)."""
-    value = float(text)
-    if not 1.0 <= value <= 600.0:
-        raise argparse.ArgumentTypeError(f"{text}: expected 1 to 600 seconds")
-    return value
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("env", metavar="ENV", help="the environment (see below)")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="an argument of the environment (repeatable; JSON values parsed)")
-    server = p.add_argument_group("server (start one, or --target a running one)")
-    server.add_argument("--target", metavar="HOST:PORT",
-                        help="attach to this running server instead of starting one")
-    server.add_argument("--api-key", default=os.environ.get("SWARMRL_API_KEY"),
-                        help="API key for --target (default: $SWARMRL_API_KEY)")
-    server.add_argument("--model", default="tiny",
-                        help="the started server's --model (default: %(default)s)")
-    server.add_argument("--engine", help="the started server's --engine (hf, vllm, echo)")
-    server.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                        help="another `swarmrl serve` argument (repeatable; join it with "
-                             "'=' when it starts with a dash)")
-    server.add_argument("--lease", type=_lease, default=DEFAULT_LEASE_S, metavar="SECONDS",
-                        help="this client's session lease, renewed every third of it: what "
-                             "the server waits, after the client stops renewing (killed, "
-                             "cut off), before it aborts the run's open episodes and drops "
-                             "its training holds (1-600; default: %(default)s)")
-    play = p.add_argument_group("rollouts")
-    play.add_argument("--policy-model", default="",
-                      help="the model rollouts call (default: the server's first)")
-    play.add_argument("--concurrency", type=int, default=16, help="rollouts at once")
-    play.add_argument("--rollout-timeout", type=float, default=600.0, metavar="SECONDS",
-                      help="a longer rollout fails (aborted, retried as a fresh episode)")
-    play.add_argument("--retries", type=int, default=1,
-                      help="fresh attempts after a failed rollout (default: %(default)s)")
-    play.add_argument("--max-tokens", type=int, help="tokens per model call")
-    play.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
-                      help="show a progress bar")
-    p.add_argument("--out", type=Path,
-                   help="run folder (default: runs/<env>-<time>); its data/ holds a started "
-                        "server's data dir")
-
-
-def _parser(command: str) -> argparse.ArgumentParser:
-    if command == "train":
-        p = argparse.ArgumentParser(
-            prog="swarmrl train", formatter_class=argparse.RawDescriptionHelpFormatter,
-            description="Train a model on an environment: evaluate val (each evaluation on "
-                        "one pinned policy version), play GRPO groups for --minutes or "
-                        "--groups, evaluate val again, then test once on the best "
-                        "checkpoint by val. Writes rollouts.jsonl and a run card "
-                        "(card.json, card.md) into --out.",
-            epilog=_ENV_HELP + "\nexample:\n  swarmrl train examples.reasoning_gym.env:"
-                   "ReasoningGym --model smollm2 --minutes 30 --train-option lr=1e-5\n")
-    else:
-        p = argparse.ArgumentParser(
-            prog="swarmrl eval", formatter_class=argparse.RawDescriptionHelpFormatter,
-            description="Evaluate a model on a split of an environment (every episode "
-                        "aborted: never trained).",
-            epilog=_ENV_HELP + "\nexample:\n  swarmrl eval examples.textworld.env:TextWorld "
-                   "--model smollm2 --split val\n")
-    _common(p)
-    if command == "train":
-        p.add_argument("--train-option", action="append", default=[], metavar="KEY=VALUE",
-                       help="a trainer option of the started server (repeatable; "
-                            "`swarmrl serve --train-option help` lists them)")
-        budget = p.add_mutually_exclusive_group(required=True)
-        budget.add_argument("--minutes", type=float, help="train this long (wall clock)")
-        budget.add_argument("--groups", type=int, help="train on this many groups")
-        p.add_argument("--group-size", type=int, default=8,
-                       help="rollouts per item, a GRPO group (also the started server's "
-                            "group_size; default: %(default)s)")
-        p.add_argument("--temperature", type=float, default=1.0,
-                       help="training sampling temperature (evaluation is greedy)")
-        p.add_argument("--top-p", type=float, help="training nucleus sampling mass")
-        p.add_argument("--seed", type=int, default=0, help="order of a finite train split")
-        p.add_argument("--val", action=argparse.BooleanOptionalAction, default=True,
-                       help="evaluate val before, after and every --eval-every versions "
-                            "(pinned), checkpointing each evaluated version")
-        p.add_argument("--eval-every", type=int, default=0, metavar="N",
-                       help="also evaluate val every N policy versions (0: only before and "
-                            "after)")
-        p.add_argument("--eval-limit", type=int, help="evaluate only the first N val items")
-        p.add_argument("--test", action=argparse.BooleanOptionalAction, default=True,
-                       help="at the end, serve the best checkpoint by val and evaluate test "
-                            "on it, once (--no-test while choosing settings)")
-        p.add_argument("--from-card", type=Path, metavar="CARD",
-                       help="repeat the run a card.json records (with a new --out)")
-    else:
-        p.add_argument("--split", choices=("val", "test"), default="val",
-                       help="the split to evaluate (default: val)")
-        p.add_argument("--k", type=int, default=1,
-                       help="rollouts per item (k > 1 samples at --temperature; pass@k)")
-        p.add_argument("--temperature", type=float, default=1.0,
-                       help="sampling temperature when --k > 1 (k = 1 is greedy)")
-        p.add_argument("--limit", type=int, help="evaluate only the first N items")
-        p.add_argument("--checkpoint", type=Path, metavar="PATH",
-                       help="evaluate this checkpoint (a step-N folder a training server "
-                            "wrote), served again as a pinned version: restored on the "
-                            "--target server (a path on its machine, under its data dir), "
-                            "or served by the started server from its start (--resume)")
-    return p
-
+__all__ = ["DEFAULT_LEASE_S", "eval_main", "train_main"]
 
 class _Records:
     """``rollouts.jsonl``, appended as rollouts finish (a crash keeps what was played)."""
@@ -202,22 +97,6 @@ def _server(args: argparse.Namespace, out: Path, train_options: dict[str, str] |
     return server
 
 
-def _train_options(args: argparse.Namespace) -> dict[str, str]:
-    """The started server's train options: the given ones, with group_size from
-    --group-size. The checkpoints evaluations save are kept outside the trainer's
-    keep_checkpoints; the run deletes those it no longer needs (`_flow.prune_checkpoints`)."""
-    options = {"group_size": str(args.group_size)}
-    for pair in args.train_option:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--train-option {pair!r}: expected KEY=VALUE")
-        options[key] = value
-    if options["group_size"] != str(args.group_size):
-        raise SystemExit(f"--train-option group_size={options['group_size']} differs from "
-                         f"--group-size {args.group_size}: groups would never fill")
-    return options
-
-
 def _runner_config(args: argparse.Namespace, *, training: bool, holder: str) -> RunnerConfig:
     sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
                               top_p=getattr(args, "top_p", None))
@@ -226,11 +105,8 @@ def _runner_config(args: argparse.Namespace, *, training: bool, holder: str) -> 
         rollout_timeout_s=args.rollout_timeout, retries=args.retries, sampling=sampling,
         eval_sampling=SamplingParams(temperature=0.0, max_tokens=args.max_tokens),
         model=args.policy_model, seed=getattr(args, "seed", 0), progress=args.progress,
-        agent_version="swarmrl-train" if training else "swarmrl-eval", holder=holder)
-
-
-class UsageError(ValueError):
-    """The run cannot go as asked (found before anything is played)."""
+        agent_version="swarmrl-train" if training else "swarmrl-eval", holder=holder,
+        max_consecutive_failures=args.max_failures)
 
 
 async def _check_group_size(client: AsyncSwarmClient, args: argparse.Namespace) -> None:
@@ -301,54 +177,16 @@ async def _evaluate(runner: Runner, args: argparse.Namespace, card: dict[str, An
         if args.checkpoint is not None:
             record: dict[str, Any] = {"path": str(args.checkpoint)}
             if args.target:
-                version = await runner.restore(str(args.checkpoint))
+                try:
+                    version = await runner.restore(str(args.checkpoint))
+                except (InvalidArgumentError, FailedPreconditionError) as err:
+                    raise UsageError(f"--checkpoint {args.checkpoint}: {err.message}") from None
                 record["restored_as_version"] = version
             else:
                 record["served_from_start_as_version"] = version
             card["checkpoint"] = record
         card["evals"].append(await evaluate_once(
             runner, args.split, args.split, limit=args.limit, k=args.k))
-
-
-def _from_card(command: str, argv: Sequence[str]) -> list[str]:
-    """``--from-card CARD [--out DIR]``: the card's own arguments, with a new --out, and
-    every train option the card's server recorded (defaults included) that its arguments
-    did not name, pinned as ``--train-option KEY=VALUE``: a default changed since (as
-    weight_sync's did) must not change the repeated run."""
-    p = argparse.ArgumentParser(prog=f"swarmrl {command} --from-card")
-    p.add_argument("--from-card", type=Path, required=True)
-    p.add_argument("--out", type=Path)
-    known, rest = p.parse_known_args(argv)
-    if rest:
-        raise SystemExit(f"swarmrl {command} --from-card takes only --out, not {rest}")
-    card = json.loads(known.from_card.read_text())
-    if card.get("kind") != command:
-        raise SystemExit(f"{known.from_card} is a {card.get('kind')} card, not a {command} card")
-    old = list(card["argv"])
-    if "--out" in old:
-        i = old.index("--out")
-        del old[i:i + 2]
-    old = [a for a in old if not a.startswith("--out=")]
-    out = known.out or Path("runs") / f"{card['env']['label']}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return [*old, *_pinned_train_options(card, _parser(command).parse_args(old)),
-            "--out", str(out)]
-
-
-def _pinned_train_options(card: dict[str, Any], args: argparse.Namespace) -> list[str]:
-    """``--train-option`` pairs for the recorded effective options `args` does not name."""
-    recorded = card.get("server", {}).get("train_options") or {}
-    if len(recorded) != 1:  # attached (none recorded), or not one trained model
-        return []
-    given = {pair.partition("=")[0] for pair in getattr(args, "train_option", [])}
-
-    def text(value: Any) -> str:
-        if value is None:
-            return "none"
-        return str(value).lower() if isinstance(value, bool) else str(value)
-
-    (options,) = recorded.values()
-    return [a for key, value in sorted(options.items()) if key not in given
-            for a in ("--train-option", f"{key}={text(value)}")]
 
 
 class ServerExited(RuntimeError):
@@ -398,7 +236,7 @@ def _resumable(command: str, out: Path, previous: dict[str, Any] | None) -> str 
 def _main(command: str, argv: Sequence[str]) -> int:
     argv = list(argv)
     if any(a == "--from-card" or a.startswith("--from-card=") for a in argv):
-        argv = _from_card(command, argv)
+        argv = from_card(command, argv)
     args = _parser(command).parse_args(argv)
     try:
         env = load_environment(args.env, parse_env_args(args.env_arg))
