@@ -33,13 +33,15 @@ def test_the_session_lease_is_an_option_within_the_servers_range(
 
 
 # An environment for the CLI's refusals and stops: what `play` does is chosen per split
-# by --env-arg (ok, or raise TypeError); a split may be given no items.
+# by --env-arg (ok, or raise TypeError), items may be made to stall past the rollout
+# timeout, and a split may be given no items.
 _ENV = """
+import asyncio
 from swarmrl.envs import Environment, Item, Outcome
 
 class Env(Environment):
-    def __init__(self, raises=(), empty=()):
-        self.raises, self.empty = raises, empty
+    def __init__(self, raises=(), empty=(), slow=()):
+        self.raises, self.empty, self.slow = raises, empty, slow
 
     def items(self, split):
         off = {"train": 0, "val": 100, "test": 200}[split]
@@ -50,6 +52,8 @@ class Env(Environment):
         if rollout.split in self.raises:
             return rollout.item.data["q"] + 1  # a bug in the environment: TypeError
         c = await rollout.chat([{"role": "user", "content": rollout.item.data["q"]}])
+        if rollout.item.id in self.slow:
+            await asyncio.sleep(600)  # past any --rollout-timeout the test gives
         return Outcome(reward=float(len(c.completion_ids) % 2), success=False)
 """
 
@@ -166,3 +170,21 @@ def test_eval_plays_a_kept_checkpoint_served_again(env_file: Path, tmp_path: Pat
     assert "trainer_resumed" in (out / "server.log").read_text()
     version = card["checkpoint"]["served_from_start_as_version"]
     assert card["evals"][0]["figures"]["policy_versions"] == [version]
+
+
+@pytest.mark.slow
+def test_timeouts_count_in_the_denominator_and_show_on_the_card(
+        env_file: Path, tmp_path: Path, attached: ServerProcess) -> None:
+    """One of two val items stalls past --rollout-timeout: the evaluation's n counts both,
+    its success rate is over both, and the card (JSON and Markdown) shows the timeout."""
+    out = tmp_path / "eval"
+    done = _cli("eval", f"{env_file}:Env", "--env-arg", 'slow=["101"]', "--target",
+                attached.target, "--rollout-timeout", "2", "--max-tokens", "2",
+                "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    card = _card.read(out)
+    assert card is not None
+    figures = card["evals"][0]["figures"]
+    assert figures["n"] == 2 and figures["errors"] == {"timeout": 1}
+    assert figures["solved"] == 0 and figures["success_rate"] == 0.0
+    assert "| 1 failed; timeout 1 |" in (out / "card.md").read_text()
