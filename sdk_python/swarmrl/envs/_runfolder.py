@@ -13,11 +13,13 @@ its folder:
   (`cut_stretch`), so the card's totals count every group the server trained;
 - holds training as the same holder (`holder`, derived from the folder), so the server
   keeps one hold for the run: a hold of its dead first start is adopted, not stacked;
+- keeps how each earlier start ended (``stopped``, ``refused``) in its ``starts`` entry;
 - plays nothing once ``finished``.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
 from pathlib import Path
@@ -45,9 +47,13 @@ def carry_over(previous: dict[str, Any] | None, card: dict[str, Any], out: Path,
     start), recording this start in ``starts``."""
     for key in CARRIED:
         if previous and key in previous:
-            card[key] = previous[key]
+            card[key] = copy.deepcopy(previous[key])
     card.setdefault("holder", holder(out))
     card.setdefault("starts", [])
+    if previous and card["starts"]:  # how the previous start ended stays on record
+        for key in ("stopped", "refused"):
+            if key in previous:
+                card["starts"][-1][key] = previous[key]
     card["starts"].append({"at": _card.stamp(), "argv": argv})
     if previous:
         cut = cut_stretch(out / "rollouts.jsonl", float(previous.get("train_saved") or 0.0))

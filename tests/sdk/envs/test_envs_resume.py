@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import swarmrl
-from swarmrl.envs import _card
+from swarmrl.envs import _card, _runfolder
 from swarmrl.envs._flow import merge_totals
 from tests.envs_support import read_rollouts
 from tests.helpers import REPO, ServerProcess, wait_until
@@ -26,7 +26,7 @@ from tests.helpers import REPO, ServerProcess, wait_until
 _WRITER = """
 import io, json, sys, time
 from pathlib import Path
-from swarmrl.envs import _card
+from swarmrl.envs import _card, _runfolder
 from swarmrl.envs._flow import merge_totals
 
 out = Path(sys.argv[1])
@@ -267,3 +267,18 @@ def test_a_run_with_its_own_server_killed_in_training_resumes_on_its_data_dir(
     trained = _trained_groups(out)
     assert trained > trained_before and card["train"]["groups"] == len(trained)
     assert [e["name"] for e in card["evals"]] == ["before", "after"]
+
+
+def test_a_resumed_card_keeps_the_run_and_each_start(tmp_path: Path) -> None:
+    previous = _card.base("train", ["m:E", "--groups", "3"], "m:E", "e", {}, {})
+    _runfolder.carry_over(None, previous, tmp_path, ["m:E", "--groups", "3"])
+    previous.update(evals=[{"name": "before", "split": "val"}], stopped={"error": "E"},
+                    train={"groups": 1, "groups_aborted": 0}, train_saved=1e12)
+    card = _card.base("train", ["m:E", "--groups", "5"], "m:E", "e", {}, {})
+    _runfolder.carry_over(previous, card, tmp_path, ["m:E", "--groups", "5"])
+    assert card["argv"] == ["m:E", "--groups", "3"]  # the run's command, for --from-card
+    assert card["holder"] == _runfolder.holder(tmp_path) == previous["holder"]
+    assert [s["argv"][-1] for s in card["starts"]] == ["3", "5"]
+    assert card["starts"][0]["stopped"] == {"error": "E"} and "stopped" not in card
+    assert card["evals"] == previous["evals"]
+    assert _runfolder.budget(card, None, 5).groups == 4
