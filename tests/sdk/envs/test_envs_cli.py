@@ -188,3 +188,31 @@ def test_timeouts_count_in_the_denominator_and_show_on_the_card(
     assert figures["n"] == 2 and figures["errors"] == {"timeout": 1}
     assert figures["solved"] == 0 and figures["success_rate"] == 0.0
     assert "| 1 failed; timeout 1 |" in (out / "card.md").read_text()
+
+
+@pytest.mark.slow
+def test_eval_serves_a_lora_checkpoint_with_its_rank(env_file: Path, tmp_path: Path,
+                                                     model_cache: Path) -> None:
+    """A LoRA checkpoint is an adapter: the server `swarmrl eval --checkpoint` starts gets
+    the checkpoint's lora_rank and lora_alpha, so it loads."""
+    lora = {**TRAIN, "lora_rank": "4", "lora_alpha": "8"}
+    flags = [x for k, v in lora.items() for x in ("--train-option", f"{k}={v}")]
+    server = ServerProcess(data_dir=tmp_path / "data", cache_dir=model_cache, http_port=0,
+                           extra=["--model", "tiny", "--train", *flags]).start()
+
+    async def save() -> str:
+        async with swarmrl.AsyncSwarmClient(server.target) as client:
+            return (await client.save_checkpoint())[0]
+
+    try:
+        path = asyncio.run(save())
+    finally:
+        server.stop()
+    out = tmp_path / "eval"
+    done = _cli("eval", f"{env_file}:Env", "--checkpoint", path, "--max-tokens", "2",
+                "--out", str(out), "--server-arg=--cache-dir", f"--server-arg={model_cache}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    card = _card.read(out)
+    assert card is not None and card["server"]["train_options_given"] == {
+        "lora_rank": "4", "lora_alpha": "8"}
+    assert "trainer_resumed" in (out / "server.log").read_text()
