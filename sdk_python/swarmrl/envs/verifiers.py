@@ -376,33 +376,8 @@ class VerifiersEnvironment(Environment):
         return self._outcome(episode, discarded, client)
 
     async def _forget_client(self, client: Any, made_calls: bool) -> None:
-        """Closes the interception server's upstream client for this episode's config.
-        verifiers keeps one per distinct config (keyed by the config's JSON) until
-        ``serving()`` ends; with a base URL per episode that is an open connection per
-        episode played. verifiers 0.4 has no public way to drop one, so its internals
-        are looked up, and a miss raises (`VerifiersInternalError`) rather than letting
-        the connections pile up: an episode that made calls must have had a client."""
-        interception = getattr(self.env, "_interception", None)
-        servers = getattr(interception, "servers", None)
-        if servers is None:
-            servers = [interception] if hasattr(interception, "clients") else None
-        if servers is None or not all(isinstance(getattr(s, "clients", None), dict)
-                                      for s in servers):
-            raise VerifiersInternalError(
-                f"{self.name}: verifiers' interception ({type(interception).__name__}) has no "
-                "per-server client cache where verifiers 0.4.0 keeps it "
-                f"(Env._interception[.servers].clients); the adapter is built for "
-                f"verifiers {VERIFIERS_VERSION}")
-        key = client.model_dump_json()
-        found = [s.clients.pop(key) for s in servers if key in s.clients]
-        for upstream in found:
-            await upstream.close()
-        if made_calls and not found:
-            raise VerifiersInternalError(
-                f"{self.name}: the episode made model calls, but verifiers' interception "
-                "server holds no client under its config's JSON: its client cache is keyed "
-                f"otherwise than in verifiers {VERIFIERS_VERSION}, and every episode would "
-                "leave a connection open")
+        await forget_upstream(getattr(self.env, "_interception", None),
+                              client.model_dump_json(), made_calls, self.name)
 
     def _outcome(self, episode: Any, discarded: list[Any], client: Any) -> Outcome:
         if discarded:
@@ -441,3 +416,52 @@ class VerifiersEnvironment(Environment):
                   "calls": len(trace.calls), "tools": sorted(t.name for t in trace.tools),
                   "untrained_calls": sum(len(t.calls) for t in episode.traces
                                          if not t.agent.trainable)})
+
+
+async def forget_upstream(interception: Any, key: str, made_calls: bool, name: str) -> None:
+    """Closes and drops the interception server's upstream client for one episode's client
+    config (`key`, the config's JSON). verifiers keeps one per distinct config until
+    ``serving()`` ends, and pushes its ``close`` on the server's exit stack; with a base
+    URL per episode that is an open connection and ~7 KB held per episode played.
+    verifiers 0.4 has no public way to drop one, so its internals are looked up, and a
+    miss raises (`VerifiersInternalError`) rather than letting them pile up: an episode
+    that made calls must have had a client."""
+    servers = getattr(interception, "servers", None)
+    if servers is None:
+        servers = [interception] if hasattr(interception, "clients") else None
+    if servers is None or not all(isinstance(getattr(s, "clients", None), dict)
+                                  for s in servers):
+        raise VerifiersInternalError(
+            f"{name}: verifiers' interception ({type(interception).__name__}) has no "
+            "per-server client cache where verifiers 0.4.0 keeps it "
+            f"(Env._interception[.servers].clients); the adapter is built for verifiers "
+            f"{VERIFIERS_VERSION}")
+    found = 0
+    for server in servers:
+        upstream = server.clients.pop(key, None)
+        if upstream is None:
+            continue
+        found += 1
+        _drop_close_callback(server, upstream, name)
+        await upstream.close()
+    if made_calls and not found:
+        raise VerifiersInternalError(
+            f"{name}: the episode made model calls, but verifiers' interception server "
+            "holds no client under its config's JSON: its client cache is keyed otherwise "
+            f"than in verifiers {VERIFIERS_VERSION}, and every episode would leave a "
+            "connection open")
+
+
+def _drop_close_callback(server: Any, upstream: Any, name: str) -> None:
+    """Removes ``upstream.close`` from the server's exit stack (``server.stack``, an
+    ``AsyncExitStack``, whose callbacks wrap theirs as ``__wrapped__``)."""
+    callbacks: Any = getattr(getattr(server, "stack", None), "_exit_callbacks", ())
+    for entry in callbacks:
+        if getattr(entry[1], "__wrapped__", None) == upstream.close:
+            callbacks.remove(entry)
+            return
+    raise VerifiersInternalError(
+        f"{name}: verifiers' interception server did not register its upstream client's "
+        "close on its exit stack (server.stack) as verifiers "
+        f"{VERIFIERS_VERSION} does; each episode's client would be held until the run ends")
+

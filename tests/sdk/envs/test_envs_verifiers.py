@@ -167,6 +167,10 @@ def test_many_episodes_keep_connections_bounded(tmp_path: Path, model_cache: Pat
         report = json.loads(line)
         assert report["rollouts"] == 4 * groups and report["groups"] == groups
         assert report["route"] == ("header" if harness == "inprocess" else "url")
+        # Nothing held per episode in verifiers' interception: upstream clients (and their
+        # close callbacks) number the client configs (one, or none once each is dropped).
+        assert report["upstream_clients"] <= 1, report
+        assert report["close_callbacks"] == report["upstream_clients"], report
         assert server.proc is not None
         open_ = [c for c in psutil.Process(server.proc.pid).net_connections("tcp")
                  if c.laddr.port == server.http_port and c.status == psutil.CONN_ESTABLISHED]
@@ -294,6 +298,25 @@ for name, interception in (("no_cache", object()),
         out[name] = "ok"
     except VerifiersInternalError as err:
         out[name] = str(err)
+class Upstream:
+    closed = False
+    async def close(self):
+        self.closed = True
+async def held(callback):  # a server whose exit stack closes its client, as verifiers' does
+    from contextlib import AsyncExitStack
+    upstream, stack = Upstream(), AsyncExitStack()
+    if callback:
+        stack.push_async_callback(upstream.close)
+    server = SimpleNamespace(clients={client.model_dump_json(): upstream}, stack=stack)
+    env.env._interception = SimpleNamespace(servers=[server])
+    try:
+        await env._forget_client(client, made_calls=True)
+    except VerifiersInternalError as err:
+        return str(err)
+    return {"closed": upstream.closed, "clients": len(server.clients),
+            "callbacks": len(stack._exit_callbacks)}
+out["dropped"] = asyncio.run(held(callback=True))
+out["no_callback"] = asyncio.run(held(callback=False))
 try:
     check_version("verifiers", "0.5.0", "test")
 except AdapterVersionError as err:
@@ -306,6 +329,8 @@ print(json.dumps(out))
     assert "no per-server client cache" in out["no_cache"]
     assert "holds no client under its config's JSON" in out["missed"]
     assert out["unused"] == "ok"  # an episode that never called the model had no client
+    assert out["dropped"] == {"closed": True, "clients": 0, "callbacks": 0}
+    assert "did not register its upstream client's close" in out["no_callback"]
     assert "built for verifiers 0.5.0; 0.4.0 is installed" in out["version"]
 
 

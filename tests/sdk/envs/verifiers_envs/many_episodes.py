@@ -7,6 +7,8 @@ import asyncio
 import json
 import sys
 
+from verifiers.v1.clients import Client
+
 import swarmrl
 from swarmrl.envs import Runner, RunnerConfig, load_environment
 
@@ -28,7 +30,16 @@ async def main() -> None:
         async with Runner(env, client, config) as runner:
             report = await runner.train(groups=args.groups)
             route = env.describe()["route"]
-            print(json.dumps({"ready": True, "route": route, **report.as_dict()}), flush=True)
+            # What verifiers' interception holds now (its internals, read for the test).
+            interception = env.env._interception
+            servers = getattr(interception, "servers", [interception])
+            held = {"servers": len(servers),
+                    "upstream_clients": sum(len(s.clients) for s in servers),
+                    "close_callbacks": sum(
+                        isinstance(getattr(getattr(cb, "__wrapped__", None), "__self__", None),
+                                   Client) for s in servers for _, cb in s.stack._exit_callbacks)}
+            print(json.dumps({"ready": True, "route": route, **held, **report.as_dict()}),
+                  flush=True)
             await asyncio.to_thread(sys.stdin.read)
 
 
