@@ -16,7 +16,7 @@ versions, train in stretches, keep the best checkpoint by val, test it once.
 
 Every evaluation lands in the card as it finishes (`save` is called), so a crash keeps
 what was measured, and a run started again on its folder resumes from its card
-(`_cli`): evaluations done are not played again, training goes on for what is left of
+(`_runfolder`): evaluations done are not played again, training goes on for what is left of
 its budget with its totals added to the earlier ones (`merge_totals`), val after is not
 repeated once recorded (training is then over), and test is never played twice: the
 card records ``test_started`` before the first test rollout, and a resumed run that
@@ -207,11 +207,12 @@ async def train_and_test(runner: Runner, card: dict[str, Any], save: Callable[[]
     if test and "test_started" not in card:
         needed.append(("test", "give the environment test items, or pass --no-test"))
     card["splits"] = splits_record(runner, test, needed=tuple(needed))
-    # A resumed run counts on from its last evaluation's training time, and adds this
-    # start's training (`total`, stretches added as the runner adds them) to the earlier
-    # starts' totals (`carried`).
-    clock = max((e.get("train_seconds", 0.0) for e in evals), default=0.0)
+    # A resumed run adds this start's training (`total`, stretches added as the runner
+    # adds them) to the earlier starts' totals (`carried`), and its training clock counts
+    # on from theirs.
     carried, total = card.get("train"), TrainReport()
+    clock = max([float((carried or {}).get("seconds") or 0.0)]
+                + [e.get("train_seconds", 0.0) for e in evals])
 
     async def evaluate_val(name: str | None) -> None:
         evals.append(await evaluate_once(runner, name, "val", limit=eval_limit,

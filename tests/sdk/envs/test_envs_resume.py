@@ -188,6 +188,8 @@ def test_a_run_killed_in_training_and_in_test_resumes_exactly(tmp_path: Path,
     assert card["train"]["groups"] == len(trained)
     assert card["train"]["groups"] + card["train"]["groups_aborted"] >= 3
     assert card["starts"][1]["found_cut_stretch"]["groups"] == len(trained_before)
+    after = next(e for e in card["evals"] if e["name"] == "after")  # on the run's clock
+    assert after["train_seconds"] == pytest.approx(card["train"]["seconds"], abs=0.11)
     assert "interrupted" in (out / "card.md").read_text()
 
 
