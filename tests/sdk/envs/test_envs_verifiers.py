@@ -213,18 +213,23 @@ def test_a_bash_harness_taskset_trains_with_its_bash_tool(tmp_path: Path,
     assert consumed and consumed <= trained
 
 
+@pytest.mark.parametrize(("env", "harness"), [("vf_bash", "keep"), ("vf_tools", "inprocess")])
 def test_a_tool_call_cut_by_the_token_limit_ends_the_rollout_as_truncated(
-        tmp_path: Path, model_cache: Path) -> None:
-    """The bash harness's calls forced (``tool_choice=required``, a sampling key verifiers
-    passes through) and cut by ``--max-tokens 6``: verifiers' chat program would send the
-    cut call back, and the server would refuse it (400), failing every rollout. The
-    adapter's stop ends each rollout at the cut instead: scored by the task, trained."""
+        tmp_path: Path, model_cache: Path, env: str, harness: str) -> None:
+    """Every call forced (``tool_choice=required``, a sampling key verifiers passes
+    through) and cut by ``--max-tokens 6``: verifiers' chat program would send the cut
+    call back, and the server would refuse it (400), failing every rollout. The
+    adapter's stop ends each rollout at the cut instead: scored by the task, trained.
+    Through verifiers' bash harness (a program per turn), and through the in-process
+    chat program (``harness=inprocess``, in place of null) with the toolset's tool."""
     server = _server(tmp_path, model_cache, "--train",
                      *[a for k, v in TRAIN_OPTIONS.items() for a in ("--train-option", f"{k}={v}")])
+    extra = ["--env-arg", "harness=inprocess", "--env-arg", 'agent.harness={"id": "null"}'] \
+        if harness == "inprocess" else []
     try:
-        records = _swarmrl_train(server.target, "vf_bash", tmp_path / "run",
+        records = _swarmrl_train(server.target, env, tmp_path / "run",
                                  "--env-arg", "sandbox=local",
-                                 "--env-arg", "agent.sampling.tool_choice=required")
+                                 "--env-arg", "agent.sampling.tool_choice=required", *extra)
     finally:
         server.stop()
     assert all(r["error"] == "" for r in records), [r["error"] for r in records if r["error"]]
