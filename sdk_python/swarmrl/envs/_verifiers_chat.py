@@ -166,9 +166,6 @@ async def run_program(ctx: Any, trace: Any, endpoint: str, secret: str,
     except SystemExit as exit_:  # the program's exit on a model transport error
         code = exit_.code if isinstance(exit_.code, int) else 1
         return ProgramResult(code, "", traceback.format_exc())
-    except Exception:  # the program's exit (1) on any other error, as the subprocess's:
-        # verifiers then judges it (a refused turn after a @stop is an expected exit)
-        return ProgramResult(1, "", traceback.format_exc())
     finally:
         if tool_client is not None:
             await tool_client.aclose()
