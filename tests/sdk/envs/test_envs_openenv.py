@@ -297,3 +297,15 @@ def test_held_out_items_carry_the_reset_observation() -> None:
     assert len(warned) == 1 and "compares seeds only" in warned[0]["detail"]
     with pytest.raises(ValueError, match="expected seed or observation"):
         OpenEnv("tests.openenv_support:Riddle", held_out="content")
+
+
+def test_the_openenv_version_is_checked_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another minor version is refused before anything runs; another patch warns."""
+    from swarmrl.envs import _versions
+
+    monkeypatch.setattr(_versions, "version", lambda name: "0.11.0")
+    with pytest.raises(_versions.AdapterVersionError, match="built for openenv 0.10.0; 0.11.0"):
+        OpenEnv("http://127.0.0.1:1")
+    monkeypatch.setattr(_versions, "version", lambda name: "0.10.3")
+    with pytest.warns(RuntimeWarning, match="tested with openenv 0.10.0; 0.10.3 is installed"):
+        OpenEnv("http://127.0.0.1:1")
