@@ -102,3 +102,53 @@ def test_the_fresh_test_seeds_were_never_used() -> None:
     hl = fresh["higher_lower"]
     assert (higher_lower.TEST_SEED, higher_lower.VAL_SEED, higher_lower.TRAIN_SEED) == (
         hl["test_seed"], hl["val_seed"], hl["train_seed"])
+
+
+def test_the_ranking_rule_is_the_plans() -> None:
+    from examples.studies.defaults_rank import RunFigure, beats_reference, cells, pruned, ranking
+
+    def runs(*successes: float, reward: float = 0.5, before: float = 0.1) -> list[RunFigure]:
+        return [RunFigure(s, reward, before) for s in successes]
+
+    figures = {("R0", "higher-lower"): runs(0.10, 0.12), ("R0", "reasoning-gym"): runs(0.15, 0.15),
+               ("R1", "higher-lower"): runs(0.40, 0.30), ("R1", "reasoning-gym"): runs(0.20, 0.22),
+               ("R2", "higher-lower"): runs(0.05, 0.05), ("R2", "reasoning-gym"): runs(0.10, 0.10),
+               ("R3", "higher-lower"): runs(0.35, 0.35, reward=0.9),
+               ("R3", "reasoning-gym"): runs(0.21, 0.21, reward=0.9)}
+    table = cells(figures)
+    r1 = next(c for c in table if (c.recipe, c.env) == ("R1", "higher-lower"))
+    assert (r1.runs, round(r1.success, 3), round(r1.delta, 3)) == (2, 0.35, 0.25)
+    # R1 and R3 tie on the mean Δ to three decimals (0.18); R3's higher val reward wins.
+    assert [r for r, _, _ in ranking(table)] == ["R3", "R1", "R0", "R2"]
+    assert beats_reference(table, "R3") and not beats_reference(table, "R2")
+    assert pruned(table) == ["R2"]  # below the best by > 0.05 on both early environments
+    # A higher score is not a win when one environment falls below R0's by more than 0.02.
+    figures[("R3", "reasoning-gym")] = runs(0.12, 0.12, reward=0.9)
+    assert not beats_reference(cells(figures), "R3")
+
+
+def test_the_ranking_reads_a_studys_finished_runs(tmp_path: Path) -> None:
+    from examples.studies.defaults_rank import read_study
+    from swarmrl_server.study.state import RunRecord
+
+    text = (REPO / "examples" / "studies" / "defaults_higher_lower.yaml").read_text()
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(text.replace("../../runs/studies/", "./"))
+    study = load_study(study_file, deep=False)
+    for spec, curve in zip(expand(study)[:3], [(0.1, 0.3, 0.5), (0.1, 0.1, 0.1), None]):
+        run_dir = tmp_path / "defaults-s1-higher-lower" / "runs" / spec.run_id
+        (run_dir / "run").mkdir(parents=True)
+        record = RunRecord(run_id=spec.run_id, stage=0, overrides=spec.overrides, seed=spec.seed)
+        (run_dir / "run.json").write_text(record.model_dump_json())
+        if curve is None:
+            continue  # a run that has not written its card yet is left out
+        evals = [{"split": "val", "train_seconds": 60.0 * 5 * i,
+                  "figures": {"success_rate": s, "mean_reward": s}} for i, s in enumerate(curve)]
+        (run_dir / "run" / "card.json").write_text(json.dumps(
+            {"env": {"label": "higher-lower"}, "evals": evals, "finished": True}))
+    figures = read_study(study_file)
+    assert list(figures) == [("R0", "higher-lower")]  # runs 0 and 1 are R0's two seeds
+    first, second = figures[("R0", "higher-lower")]
+    # 0.1 -> 0.3 -> 0.5 over 10 minutes: (0.2 * 5 + 0.4 * 5) / 10; before 0.1.
+    assert (round(first.success, 3), first.before) == (0.3, 0.1)
+    assert round(second.success, 3) == 0.1
