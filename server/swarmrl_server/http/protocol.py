@@ -82,19 +82,22 @@ class OpenAIBaseModel(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    @model_validator(mode="wrap")
-    @classmethod
-    def _log_ignored_fields(cls, data: Any, handler: Any) -> Any:
-        result = handler(data)
-        extra = result.model_extra or {}
+    # An "after" validator, not a "wrap" one: it runs once the model is built (for each
+    # message of a chat, too), and a wrap validator costs a call through Python around
+    # every model's own validation (~3 % of a shim call's server time).
+    @model_validator(mode="after")
+    def _log_ignored_fields(self) -> Any:
+        extra = self.__pydantic_extra__
+        if not extra:
+            return self
         # A null field asks for nothing; clients echo e.g. `"refusal": null` back on
         # assistant messages, which is not worth a warning on every turn. A sampling
         # setting that got here is at its neutral value: honoured, not ignored.
         ignored = sorted(k for k, v in extra.items() if v is not None
                          and k not in REFUSED_UNLESS_NEUTRAL and k not in VLLM_EXTRAS_REFUSED)
         if ignored:
-            log.warning("ignored_fields", model=cls.__name__, fields=ignored)
-        return result
+            log.warning("ignored_fields", model=type(self).__name__, fields=ignored)
+        return self
 
 
 class GenerationRequest(OpenAIBaseModel):

@@ -23,13 +23,15 @@ incomplete tool call, never as the half-written call's text.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+import orjson
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from swarmrl_server.engine.base import GenerationChunk
 from swarmrl_server.episodes.call_path import GenerateCall
@@ -42,7 +44,7 @@ from swarmrl_server.http.auth import EpisodeAuth
 from swarmrl_server.http.errors import HttpError, from_swarm_error, internal_error
 from swarmrl_server.http.generation import Generations, TokenText
 from swarmrl_server.http.protocol import SwarmrlInfo, log
-from swarmrl_server.http.sse import EventStreamResponse, unless_disconnected
+from swarmrl_server.http.sse import ClientDisconnected, EventStreamResponse, unless_disconnected
 from swarmrl_server.store.records import EpisodeRecord
 from swarmrl_server.swarm import Swarm
 
@@ -60,6 +62,7 @@ class DoorRequest(ModelNamed, Protocol):
 
 
 Req = TypeVar("Req", bound=DoorRequest)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,15 @@ class ServingGeneration(Generic[Req]):
         try:
             refuse(req, self.refusals)
             plan = self.plan(req, episode, host)
+        except SwarmError as err:
+            raise from_swarm_error(err, params) from None
+        if not req.stream and len(plan.calls) == 1:  # most calls: one choice, unary
+            try:
+                result = await cancel_on_disconnect(raw, self._only_result(plan))
+            except SwarmError as err:
+                raise from_swarm_error(err, params) from None
+            return json_response(self.render(plan, [result]))
+        try:
             gens = Generations([
                 self.swarm.episodes.generate(
                     call, on_prompt=plan.prompt_ids.extend if i == 0 else None)
@@ -260,7 +272,18 @@ class ServingGeneration(Generic[Req]):
             results = await unless_disconnected(raw, gens.results())
         except SwarmError as err:
             raise from_swarm_error(err, params) from None
-        return JSONResponse(self.render(plan, results))
+        return json_response(self.render(plan, results))
+
+    async def _only_result(self, plan: Plan[Req]) -> GenerationResult:
+        """The one choice's result, its stream read in this task (no pump task or queue:
+        a unary call has no chunk to pass on)."""
+        result: GenerationResult | None = None
+        async for item in self.swarm.episodes.generate(
+                plan.calls[0], on_prompt=plan.prompt_ids.extend):
+            if isinstance(item, GenerationResult):
+                result = item
+        assert result is not None, "a call ended without a result"
+        return result
 
     async def _stream(self, plan: Plan[Req], gens: Generations) -> AsyncIterator[str]:
         states = [ChoiceState(i, ReplyParser() if plan.parse_tools else None)
@@ -286,6 +309,44 @@ class ServingGeneration(Generic[Req]):
             await gens.aclose()
         for event in self.stream_trailer:
             yield event
+
+
+def json_response(body: Any) -> Response:
+    """`body` as JSON with orjson (Starlette's JSONResponse runs the stdlib encoder).
+    The same JSON values; a float that is not finite (no JSON form) becomes null rather
+    than failing the response."""
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """`work`, awaited in this task and cancelled if the client disconnects first
+    (`sse.unless_disconnected`'s rule with one watcher task, not two tasks and an
+    `asyncio.wait`): a dropped request must not keep the engine busy."""
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        task.cancel()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        result = await work
+    except asyncio.CancelledError:
+        if gone:  # our own cancel, not the server's: the caller sees a disconnect
+            task.uncancel()
+            raise ClientDisconnected() from None
+        raise
+    finally:
+        watcher.cancel()
+    if gone:  # it left as the work finished: the cancel asked for is taken back
+        task.uncancel()
+        raise ClientDisconnected()
+    return result
 
 
 def swarmrl_info(episode_id: str, results: list[GenerationResult]) -> SwarmrlInfo:
