@@ -183,6 +183,10 @@ def render_markdown(card: Mapping[str, Any]) -> str:
                      f"{'' if trained is None else f'{trained / 60:.1f}'} | "
                      f"{_figure(e.get('figures'))} | {errors_text(e.get('figures'))} | "
                      f"{checkpoint} |")
+    if card.get("cut_evaluations"):
+        cut = ", ".join(f"{c['split']} {c['rows']}" for c in card["cut_evaluations"])
+        lines += ["", f"Rollouts of evaluations a stop cut short (in rollouts.jsonl, left out "
+                      f"of every figure): {cut}."]
     if card.get("train"):
         lines += ["", _train_line(card["train"])]
     if card.get("selected"):
@@ -220,9 +224,12 @@ def write_atomic(path: Path, text: str) -> None:
 
 def write(out: Path, card: Mapping[str, Any]) -> None:
     """``card.json`` and ``card.md`` in `out`, each replaced atomically (`write_atomic`),
-    the JSON last: it is the record, and what a resumed run reads."""
+    the JSON last: it is the record, and what a resumed run reads. The JSON gets the
+    time of the save (``saved_at``): the rows ``rollouts.jsonl`` gained after it were
+    played by a start that was stopped before it recorded them (`_runfolder`)."""
     write_atomic(out / "card.md", render_markdown(card))
-    write_atomic(out / "card.json", json.dumps(card, indent=1, default=str) + "\n")
+    stamped = {**card, "saved_at": time.time()}
+    write_atomic(out / "card.json", json.dumps(stamped, indent=1, default=str) + "\n")
 
 
 def read(out: Path) -> dict[str, Any] | None:

@@ -20,7 +20,8 @@ A run folder is what ``swarmrl train`` / ``swarmrl eval`` wrote into ``--out``
 (``card.json`` and ``rollouts.jsonl``). ``RUN@VERSION`` keeps only the rollouts played
 on that policy version: a train run holds several val evaluations (before, after, every
 ``--eval-every``), each pinned to one version, and comparing its val without naming one
-is refused rather than pooled.
+is refused rather than pooled. Rows of an evaluation a kill cut short, which the card
+lists (``cut_evaluations``), are left out.
 """
 
 from __future__ import annotations
@@ -175,7 +176,10 @@ def _load(spec: str, split: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             raise ValueError(f"{spec}: no {needed.name} (a --out folder of swarmrl "
                              "train or eval holds one)")
     card = json.loads(card_path.read_text())
-    rows = [r for r in read_rollouts(rows_path) if r.get("split") == split]
+    cut = [(c["after"], c["until"]) for c in card.get("cut_evaluations", [])
+           if c.get("split") == split]
+    rows = [r for r in read_rollouts(rows_path) if r.get("split") == split
+            and not any(a < float(r.get("time", 0.0)) <= b for a, b in cut)]
     evaluations = [e for e in card.get("evals", []) if e.get("split") == split]
     if version:
         wanted = int(version)

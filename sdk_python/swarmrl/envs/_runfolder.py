@@ -13,6 +13,8 @@ its folder:
   (`cut_stretch`), so the card's totals count every group the server trained;
 - holds training as the same holder (`holder`, derived from the folder), so the server
   keeps one hold for the run: a hold of its dead first start is adopted, not stacked;
+- lists the rows of an evaluation a kill cut short (``cut_evaluations``, by split and
+  time span): `swarmrl compare` leaves them out, and an interrupted test's are named;
 - keeps how each earlier start ended (``stopped``, ``refused``) in its ``starts`` entry;
 - plays nothing once ``finished``.
 """
@@ -29,10 +31,10 @@ from swarmrl.envs import _card
 from swarmrl.envs._flow import Budget, merge_totals
 from swarmrl.envs._report import read_rollouts
 
-__all__ = ["budget", "carry_over", "cut_stretch", "holder"]
+__all__ = ["budget", "carry_over", "cut_evaluations", "cut_stretch", "holder"]
 
 CARRIED = ("argv", "evals", "train", "train_started", "train_saved", "selected",
-           "test_started", "test", "holder", "starts")
+           "test_started", "test", "holder", "starts", "cut_evaluations")
 """What a resumed run's card keeps from the card it resumes."""
 
 
@@ -61,6 +63,9 @@ def carry_over(previous: dict[str, Any] | None, card: dict[str, Any], out: Path,
             card["train"] = merge_totals(card.get("train"), cut)
             card["train_saved"] = time.time()
             card["starts"][-1]["found_cut_stretch"] = cut
+        saved = previous.get("saved_at")
+        for found in cut_evaluations(out / "rollouts.jsonl", float(saved or 0.0)):
+            card.setdefault("cut_evaluations", []).append(found)
 
 
 def cut_stretch(rollouts: Path, since: float) -> dict[str, Any] | None:
@@ -83,6 +88,23 @@ def cut_stretch(rollouts: Path, since: float) -> dict[str, Any] | None:
             "rewarded": len(rewards),
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,
             "cut_by_restart": True}
+
+
+def cut_evaluations(rollouts: Path, since: float) -> list[dict[str, Any]]:
+    """The rows of val and test evaluations a stopped start played after its card's last
+    save (`since`): an evaluation it never recorded. Each split's are listed with the
+    time span they lie in, so `swarmrl compare` leaves them out of the evaluations the
+    card records (and a test's partial rows are named as such)."""
+    if not since or not rollouts.is_file():
+        return []
+    found = []
+    for split in ("val", "test"):
+        times = [float(r["time"]) for r in read_rollouts(rollouts)
+                 if r.get("split") == split and float(r.get("time", 0.0)) > since]
+        if times:
+            found.append({"split": split, "after": since, "until": max(times),
+                          "rows": len(times)})
+    return found
 
 
 def budget(card: dict[str, Any], minutes: float | None, groups: int | None) -> Budget:

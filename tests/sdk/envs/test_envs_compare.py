@@ -128,3 +128,20 @@ def test_val_evaluations_are_not_pooled_without_a_version(
     figures = json.loads(capsys.readouterr().out)
     assert (figures["items"], figures["only_b"], figures["success_b"]) == (3, 2, 2 / 3)
     assert (figures["failed_a"], figures["failed_b"]) == (0, 1)  # item 1 failed on version 4
+
+
+def test_rows_of_an_evaluation_cut_short_are_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run killed during its val evaluation on version 4 and resumed plays val on version
+    4 again: the card lists the first, partial evaluation's rows (by time), and comparing
+    RUN@4 pairs only the recorded evaluation's."""
+    partial = [{**_row(i, False, version=4, split="val"), "time": 10.0 + i} for i in range(2)]
+    whole = [{**_row(i, True, version=4, split="val"), "time": 20.0 + i} for i in range(3)]
+    run = _run(tmp_path / "a", partial + whole,
+               evals=[{"name": "after", "split": "val", "pinned_version": 4}])
+    card = json.loads((run / "card.json").read_text())
+    card["cut_evaluations"] = [{"split": "val", "after": 9.0, "until": 11.0, "rows": 2}]
+    (run / "card.json").write_text(json.dumps(card))
+    assert main(["compare", f"{run}@4", f"{run}@4", "--split", "val", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["items"], figures["success_a"], figures["mcnemar_p"]) == (3, 1.0, 1.0)

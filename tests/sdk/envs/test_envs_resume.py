@@ -183,6 +183,9 @@ def test_a_run_killed_in_training_and_in_test_resumes_exactly(tmp_path: Path,
     assert card["holder"] == holder
     assert card["test"]["interrupted"] and "figures" not in card["test"]
     assert [r for r in read_rollouts(out) if r["split"] == "test"] == tests_before
+    # The partial test's rows are named by the card (none of a recorded evaluation is).
+    cut = {c["split"]: c["rows"] for c in card.get("cut_evaluations", [])}
+    assert cut.get("test", 0) == len(tests_before) and "val" not in cut
     trained = _trained_groups(out)
     assert trained > trained_before  # the second start trained the rest
     assert card["train"]["groups"] == len(trained)
