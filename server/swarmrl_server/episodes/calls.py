@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from swarmrl_server.engine.base import GenerationOutput
 from swarmrl_server.episodes.chat import Message, parse_reply
 from swarmrl_server.episodes.render import chat_of, extended_parent
@@ -53,6 +55,15 @@ def replay(call: CallRecord) -> GenerationResult:
     return GenerationResult(call, message, finish_reason, replayed=True)
 
 
+def dumps(value: object) -> str:
+    """JSON text of `value`: orjson's (compact, UTF-8; ~10x the stdlib's speed), or the
+    stdlib's for what orjson refuses (an integer beyond 64 bits in a tool's schema)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value)
+
+
 def call_record(
     call_id: str, episode_id: str, model: str, request: ResolvedRequest,
     output: GenerationOutput, message: Message, finish_reason: str, request_id: str,
@@ -63,7 +74,7 @@ def call_record(
     spans = output.spans()  # one span is the default (`CallRecord.spans`): not stored
     if request.chat is not None:
         request.chat["reply"] = message
-        chat_json = json.dumps(request.chat)
+        chat_json = dumps(request.chat)
     call = CallRecord(
         call_id=call_id, episode_id=episode_id, seq=-1,
         model=model, prompt_ids=list(output.prompt_ids),
