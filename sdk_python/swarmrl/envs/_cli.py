@@ -260,6 +260,11 @@ def _main(command: str, argv: Sequence[str]) -> int:
             _runfolder.carry_over(previous, card, out, argv)
             train_options: dict[str, str] | None = _train_options(args)
         else:
+            if args.checkpoint is not None and str(args.checkpoint).isdigit():
+                raise UsageError(
+                    f"--checkpoint {args.checkpoint}: give the checkpoint's path, not a step "
+                    "(a client cannot see a server's data dir; a train run's card names "
+                    "each evaluated checkpoint's path: evals[].checkpoint)")
             train_options = None if args.checkpoint is None or args.target else \
                 _checkpoint_options(args.checkpoint)
     except UsageError as err:

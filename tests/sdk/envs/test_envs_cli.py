@@ -109,6 +109,9 @@ def test_refusals_come_before_anything_is_played(env_file: Path, tmp_path: Path,
     done = _cli("eval", f"{env_file}:Env", "--env-arg", 'empty=["test"]', "--split", "test",
                 "--target", attached.target, "--out", str(out))
     assert done.returncode == 2 and "the test split has no items" in done.stderr
+    done = _cli("eval", f"{env_file}:Env", "--checkpoint", "12", "--target", attached.target,
+                "--out", str(tmp_path / "step"))
+    assert done.returncode == 2 and "give the checkpoint's path, not a step" in done.stderr
 
 
 @pytest.mark.slow
