@@ -79,7 +79,8 @@ from swarmrl.envs._versions import check_version
 # verifiers ships no type information usable under mypy --strict here (and is not installed
 # in the main venv): its objects are typed `Any` at this boundary.
 
-__all__ = ["CUT_STOP", "VERIFIERS_VERSION", "VerifiersEnvironment", "VerifiersInternalError", "load"]
+__all__ = ["CUT_STOP", "VERIFIERS_VERSION", "VerifiersEnvironment", "VerifiersInternalError",
+           "load"]
 
 VERIFIERS_VERSION = "0.4.0"
 """The verifiers release the adapter was built and tested for (checked at load)."""
@@ -93,7 +94,6 @@ upstream client per distinct config until ``serving()`` ends). Kept harnesses se
 header, so they use "url", and the adapter closes each episode's upstream client after
 its rollout instead."""
 
-
 _NO_KEY_VAR = "SWARMRL_VERIFIERS_NO_KEY"
 """An unset variable: verifiers reads API keys from variables, and the episode's key
 travels in its URL (or header), so the client sends ``Bearer EMPTY``."""
@@ -101,6 +101,7 @@ travels in its URL (or header), so the client sends ``Bearer EMPTY``."""
 
 class VerifiersInternalError(RuntimeError):
     """A verifiers internal the adapter relies on is not where verifiers 0.4.0 has it."""
+
 
 _OPTIONS = {
     "val_fraction": 0.1, "test_fraction": 0.1, "split_field": "split",
@@ -121,7 +122,8 @@ def load(id_or_config: str | Mapping[str, Any], **args: Any) -> VerifiersEnviron
     ID``), ``ENV+TASKSET`` (an env paired with a taskset, verifiers' ``env_id`` form), or
     a whole env config (the ``[env]`` block as a dict). `args` are swarmrl's options
     (`_OPTIONS`) and verifiers config fields (dotted keys), e.g.
-    ``--env-arg taskset.size=50 --env-arg agent.max_turns=4 --env-arg val_fraction=0.2``.
+    ``--env-arg taskset.size=50 --env-arg agent.max_turns=4 --env-arg val_fraction=0.2``;
+    ``--env-arg sandbox=local`` plays remote runtimes in verifiers' subprocess runtime.
     """
     options: dict[str, Any] = {k: args.pop(k) if k in args else v
                                for k, v in _OPTIONS.items()}
