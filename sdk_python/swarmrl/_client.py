@@ -271,9 +271,9 @@ class AsyncSwarmClient:
             "ReleaseTraining", lambda s: s.admin.ReleaseTraining, request, retryable=True)
 
     async def restore_checkpoint(self, path: str, model: str | None = None) -> TrainingState:
-        """Serves a checkpoint the server wrote (a `save_checkpoint` path) as a new policy
-        version of its model; `TrainingState.step` is the checkpoint's step. Needs an
-        admin key.
+        """Serves a checkpoint the server wrote (a `save_checkpoint` path, or its step:
+        ``"12"`` or ``"step-12"``) as a new policy version of its model;
+        `TrainingState.step` is the checkpoint's step. Needs an admin key.
 
         Raises:
             InvalidArgumentError: `path` is not a checkpoint of the model (``field`` "path").

@@ -490,7 +490,9 @@ class RestoreCheckpointRequest(_message.Message):
     model: _builtins.str
     """The model; empty means the only trainable model."""
     path: _builtins.str
-    """A checkpoint directory the server wrote (a SaveCheckpoint path)."""
+    """A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+    step ("12" or "step-12") under the model's checkpoints.
+    """
     def __init__(
         self,
         *,

@@ -212,6 +212,14 @@ def resolve(path: Path, model: str) -> Path:
     raise FileNotFoundError(f"no checkpoint of model {model!r} under {path}")
 
 
+def by_step(root: Path, name: str) -> Path | None:
+    """The checkpoint a client names by its step (``12`` or ``step-12``) under a model's
+    checkpoint folder `root`; None when `name` is not a step. A client cannot see the
+    server's data dir, so a step is how it names a checkpoint without a path."""
+    m = re.fullmatch(r"(?:step-)?(\d+)", name)
+    return root / f"step-{int(m.group(1))}" if m else None
+
+
 def load_state(path: Path) -> TrainerState:
     return TrainerState(**json.loads((path / STATE_FILE).read_text()))
 

@@ -285,12 +285,13 @@ class Trainer:
     async def restore(self, path: Path) -> tuple[int, int]:
         """Loads a checkpoint this trainer wrote (weights, optimizer, rng) and serves its
         weights as a new policy version; training, when it goes on, goes on from there.
-        The step counter and the ledger of consumed episodes are kept: episodes trained
-        after the checkpoint are not trained again. Returns (policy version, the
-        checkpoint's step)."""
+        `path` is a checkpoint directory, or its step (``12``, ``step-12``). The step
+        counter and the ledger of consumed episodes are kept: episodes trained after the
+        checkpoint are not trained again. Returns (policy version, the checkpoint's step)."""
         assert self.group is not None
-        resolved = checkpoint.resolve(path, self.name)
         root = checkpoint.checkpoint_root(self.data_dir, self.name) if self.data_dir else None
+        step = checkpoint.by_step(root, str(path)) if root is not None else None
+        resolved = checkpoint.resolve(step or path, self.name)
         if root is None or not resolved.resolve().is_relative_to(root.resolve()):
             # Only what this trainer wrote: a path from a client never picks another file.
             raise ValueError(f"{path} is not a checkpoint of {self.name!r} under {root}")

@@ -103,6 +103,13 @@ async def test_saved_checkpoints_outlive_retention_and_restarts_until_deleted(
         await play_group(client, "c")
         await checkpointed(trainer, 3)
         assert steps_in(root) == [1, 3]  # step-2 pruned; step-1 outlived the restart
+        # A client names a checkpoint by its step (it cannot see the data dir).
+        restored = await client.restore_checkpoint("1")
+        assert restored.step == 1 and restored.policy_version > 3
+        assert (await client.restore_checkpoint("step-3")).step == 3
+        with pytest.raises(swarmrl.InvalidArgumentError) as pruned:
+            await client.restore_checkpoint("2")
+        assert pruned.value.field == "path"
 
         with pytest.raises(swarmrl.FailedPreconditionError) as newest:
             await client.delete_checkpoint(str(root / "step-3"))

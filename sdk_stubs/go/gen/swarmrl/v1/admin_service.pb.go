@@ -1006,7 +1006,8 @@ type RestoreCheckpointRequest struct {
 
 	// The model; empty means the only trainable model.
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	// A checkpoint directory the server wrote (a SaveCheckpoint path).
+	// A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+	// step ("12" or "step-12") under the model's checkpoints.
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 }
 

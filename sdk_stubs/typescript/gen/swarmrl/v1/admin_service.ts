@@ -176,7 +176,10 @@ export interface ReleaseTrainingResponse {
 export interface RestoreCheckpointRequest {
   /** The model; empty means the only trainable model. */
   model: string;
-  /** A checkpoint directory the server wrote (a SaveCheckpoint path). */
+  /**
+   * A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+   * step ("12" or "step-12") under the model's checkpoints.
+   */
   path: string;
 }
 

@@ -101,7 +101,8 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object path_ = "";
   /**
    * <pre>
-   * A checkpoint directory the server wrote (a SaveCheckpoint path).
+   * A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+   * step ("12" or "step-12") under the model's checkpoints.
    * </pre>
    *
    * <code>string path = 2 [json_name = "path"];</code>
@@ -122,7 +123,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * A checkpoint directory the server wrote (a SaveCheckpoint path).
+   * A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+   * step ("12" or "step-12") under the model's checkpoints.
    * </pre>
    *
    * <code>string path = 2 [json_name = "path"];</code>
@@ -590,7 +592,8 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object path_ = "";
     /**
      * <pre>
-     * A checkpoint directory the server wrote (a SaveCheckpoint path).
+     * A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+     * step ("12" or "step-12") under the model's checkpoints.
      * </pre>
      *
      * <code>string path = 2 [json_name = "path"];</code>
@@ -610,7 +613,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * A checkpoint directory the server wrote (a SaveCheckpoint path).
+     * A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+     * step ("12" or "step-12") under the model's checkpoints.
      * </pre>
      *
      * <code>string path = 2 [json_name = "path"];</code>
@@ -631,7 +635,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * A checkpoint directory the server wrote (a SaveCheckpoint path).
+     * A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+     * step ("12" or "step-12") under the model's checkpoints.
      * </pre>
      *
      * <code>string path = 2 [json_name = "path"];</code>
@@ -648,7 +653,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * A checkpoint directory the server wrote (a SaveCheckpoint path).
+     * A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+     * step ("12" or "step-12") under the model's checkpoints.
      * </pre>
      *
      * <code>string path = 2 [json_name = "path"];</code>
@@ -662,7 +668,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * A checkpoint directory the server wrote (a SaveCheckpoint path).
+     * A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+     * step ("12" or "step-12") under the model's checkpoints.
      * </pre>
      *
      * <code>string path = 2 [json_name = "path"];</code>

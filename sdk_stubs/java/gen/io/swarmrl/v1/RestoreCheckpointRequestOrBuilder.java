@@ -29,7 +29,8 @@ public interface RestoreCheckpointRequestOrBuilder extends
 
   /**
    * <pre>
-   * A checkpoint directory the server wrote (a SaveCheckpoint path).
+   * A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+   * step ("12" or "step-12") under the model's checkpoints.
    * </pre>
    *
    * <code>string path = 2 [json_name = "path"];</code>
@@ -38,7 +39,8 @@ public interface RestoreCheckpointRequestOrBuilder extends
   java.lang.String getPath();
   /**
    * <pre>
-   * A checkpoint directory the server wrote (a SaveCheckpoint path).
+   * A checkpoint directory the server wrote (a SaveCheckpoint path), or its
+   * step ("12" or "step-12") under the model's checkpoints.
    * </pre>
    *
    * <code>string path = 2 [json_name = "path"];</code>
