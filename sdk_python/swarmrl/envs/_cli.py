@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import signal
 import sys
 import time
@@ -260,11 +261,12 @@ def _main(command: str, argv: Sequence[str]) -> int:
             _runfolder.carry_over(previous, card, out, argv)
             train_options: dict[str, str] | None = _train_options(args)
         else:
-            if args.checkpoint is not None and str(args.checkpoint).isdigit():
+            if args.checkpoint is not None and not args.target and re.fullmatch(
+                    r"(step-)?\d+", str(args.checkpoint)):
                 raise UsageError(
-                    f"--checkpoint {args.checkpoint}: give the checkpoint's path, not a step "
-                    "(a client cannot see a server's data dir; a train run's card names "
-                    "each evaluated checkpoint's path: evals[].checkpoint)")
+                    f"--checkpoint {args.checkpoint}: a step names a checkpoint of the "
+                    "--target server; a server started here needs the checkpoint's path "
+                    "(a train run's card names each evaluated one: evals[].checkpoint)")
             train_options = None if args.checkpoint is None or args.target else \
                 _checkpoint_options(args.checkpoint)
     except UsageError as err:

@@ -161,12 +161,12 @@ def parser(command: str) -> argparse.ArgumentParser:
                                 "(default: %(default)s)")
         evals.add_argument("--limit", type=int, metavar="N",
                            help="evaluate only the first N items")
-        evals.add_argument("--checkpoint", type=Path, metavar="PATH",
+        evals.add_argument("--checkpoint", type=Path, metavar="STEP|PATH",
                            help="evaluate this checkpoint (a step-N folder a training server "
                                 "wrote, as SaveCheckpoint and train cards name it), served "
                                 "again as a pinned version: restored on the --target server "
-                                "(a path on its machine, under its data dir), or served by "
-                                "the started server from its start")
+                                "(its step, or a path on its machine), or served by the "
+                                "started server from its start (a path)")
     return p
 
 

@@ -109,9 +109,11 @@ def test_refusals_come_before_anything_is_played(env_file: Path, tmp_path: Path,
     done = _cli("eval", f"{env_file}:Env", "--env-arg", 'empty=["test"]', "--split", "test",
                 "--target", attached.target, "--out", str(out))
     assert done.returncode == 2 and "the test split has no items" in done.stderr
+    done = _cli("eval", f"{env_file}:Env", "--checkpoint", "12", "--out", str(tmp_path / "step"))
+    assert done.returncode == 2 and "a step names a checkpoint of the --target" in done.stderr
     done = _cli("eval", f"{env_file}:Env", "--checkpoint", "12", "--target", attached.target,
-                "--out", str(tmp_path / "step"))
-    assert done.returncode == 2 and "give the checkpoint's path, not a step" in done.stderr
+                "--out", str(tmp_path / "no-step"))  # the server has no step 12
+    assert done.returncode == 2 and "--checkpoint 12: " in done.stderr
 
 
 @pytest.mark.slow
@@ -160,6 +162,13 @@ def test_eval_plays_a_kept_checkpoint_served_again(env_file: Path, tmp_path: Pat
     assert version > 0 and card["evals"][0]["pinned_version"] == version
     assert card["evals"][0]["figures"]["policy_versions"] == [version]
     assert f"checkpoint evaluated: {path}" in (out / "card.md").read_text()
+    # By its step, as a client that cannot see the server's data dir names it.
+    step = Path(path).name.removeprefix("step-")
+    done = _cli("eval", f"{env_file}:Env", "--target", attached.target, "--checkpoint", step,
+                "--max-tokens", "2", "--out", str(tmp_path / "eval-step"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    card = _card.read(tmp_path / "eval-step")
+    assert card is not None and card["checkpoint"]["restored_as_version"] > version
     # A folder that holds a run is not reused by eval.
     again = _cli("eval", f"{env_file}:Env", "--target", attached.target, "--out", str(out))
     assert again.returncode == 2 and "pick a new --out" in again.stderr
