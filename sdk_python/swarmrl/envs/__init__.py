@@ -32,6 +32,7 @@ from swarmrl.envs._api import SPLITS, Environment, Item, Outcome, Rollout, Split
 from swarmrl.envs._failures import PolicyError, RunStopped
 from swarmrl.envs._load import load_environment, parse_env_args
 from swarmrl.envs._report import EvalReport, RolloutRecord
+from swarmrl.envs._roles import RoleSpec, parse_roles
 from swarmrl.envs._runner import Runner, RunnerConfig, TrainReport
 from swarmrl.envs._stats import bootstrap_mean, wilson
 
@@ -42,6 +43,7 @@ __all__ = [
     "Item",
     "Outcome",
     "PolicyError",
+    "RoleSpec",
     "Rollout",
     "RolloutRecord",
     "RunStopped",
@@ -52,5 +54,6 @@ __all__ = [
     "bootstrap_mean",
     "load_environment",
     "parse_env_args",
+    "parse_roles",
     "wilson",
 ]

@@ -17,6 +17,16 @@ from it, and this module states them as an abstract base class:
 
 The environment never starts, ends or aborts episodes itself; the runner owns that
 (so a failed rollout is aborted, never trained, and a retry is a fresh episode).
+
+**Roles.** An environment of several agents (a proposer and a solver, two players, a
+judge) declares ``roles``; a rollout then holds **one episode per role**, each on that
+role's model (`swarmrl.envs._roles`), and a call names its role
+(``rollout.chat(..., role="solver")``, ``rollout.openai(role=...)``,
+``rollout.base_url_for(role)``). ``play`` returns one reward per role
+(``Outcome(rewards={...})``) and each role's episode is ended with its own reward, so each
+role's calls train that role's model on that reward, and form that role's own timelines.
+An environment that declares no roles has one unnamed role (``""``): one episode, as
+before.
 """
 
 from __future__ import annotations
@@ -138,8 +148,9 @@ def _canonical(v: Any, where: str) -> str:
 class Outcome:
     """What one rollout earned."""
 
-    reward: float
-    """The episode's reward: what the trainer trains on."""
+    reward: float = math.nan
+    """The episode's reward: what the trainer trains on (with roles: the reward of each
+    role not named in `rewards`)."""
     success: bool | None = None
     """Whether the rollout solved the item; None: the environment does not define success
     (evaluation then reports the mean reward instead of a success rate)."""
@@ -147,6 +158,21 @@ class Outcome:
     """Numbers to log and average (turns, tool calls, partial credit, ...)."""
     info: Mapping[str, Any] = field(default_factory=dict)
     """Anything else worth keeping in the rollout's record (JSON-serialisable)."""
+    rewards: Mapping[str, float] = field(default_factory=dict)
+    """One reward per role (an environment with `Environment.roles`): each role's episode
+    is ended with its own, so each role's model trains on its own reward."""
+
+    def reward_for(self, role: str) -> float:
+        """The reward of `role`'s episode: ``rewards[role]``, else `reward`."""
+        return float(self.rewards[role]) if role in self.rewards else float(self.reward)
+
+    @property
+    def overall(self) -> float:
+        """The rollout's one reward for reports: `reward`, or, when only `rewards` was
+        given, their mean."""
+        if math.isfinite(self.reward) or not self.rewards:
+            return float(self.reward)
+        return sum(map(float, self.rewards.values())) / len(self.rewards)
 
 
 class HttpPools:
@@ -233,28 +259,61 @@ class Rollout:
         sampling: SamplingParams,
         pools: HttpPools | None = None,
         attempt: int = 0,
+        roles: Mapping[str, tuple[AsyncEpisode, str]] | None = None,
     ) -> None:
         self.item = item
         """The item played."""
         self.split = split
         """The split it comes from; "train" rollouts are trained on, the others never."""
         self.episode = episode
-        """The swarmrl episode recording this rollout's calls."""
+        """The swarmrl episode recording this rollout's calls (with roles: the first
+        role's; `episode_of` gives each role's)."""
         self.model = model
-        """The model name to put in requests (``model=`` of an OpenAI call)."""
+        """The model name to put in requests (``model=`` of an OpenAI call); with roles,
+        the first role's (`model_of`)."""
         self.sampling = sampling
         """How to sample: the runner's training sampling, or greedy for evaluation. Pass it
         on (`chat` does; `openai_sampling` gives it as OpenAI request fields)."""
         self.attempt = attempt
         """0 for the first attempt; a retry after a failure is a fresh episode, attempt + 1."""
+        self.roles: dict[str, tuple[AsyncEpisode, str]] = dict(roles or {"": (episode, model)})
+        """Each role's episode and model (one unnamed role ``""`` when the environment
+        declares none)."""
         self._pools = pools or HttpPools(1, 600.0)
+
+    def _role(self, role: str | None) -> tuple[AsyncEpisode, str]:
+        """`role`'s episode and model; None: the first role's. An unknown role is a bug
+        in ``play()`` (TypeError: it stops the run, as every rollout would meet it)."""
+        if role is None:
+            return self.episode, self.model
+        try:
+            return self.roles[role]
+        except KeyError:
+            raise TypeError(f"role {role!r} is not one of the environment's roles "
+                            f"{sorted(self.roles)}") from None
+
+    def episode_of(self, role: str) -> AsyncEpisode:
+        """`role`'s episode."""
+        return self._role(role)[0]
+
+    def model_of(self, role: str) -> str:
+        """`role`'s model name."""
+        return self._role(role)[1]
+
+    def base_url_for(self, role: str | None = None) -> str:
+        """`role`'s episode's own OpenAI-compatible base URL (a harness per role)."""
+        ep = self._role(role)[0]
+        return f"{ep.openai_base_url.removesuffix('/v1')}/k/{ep.openai_api_key}/v1"
+
+    def headers_for(self, role: str | None = None) -> dict[str, str]:
+        """Headers that name `role`'s episode on `shared_base_url`."""
+        return self._role(role)[0].http_headers
 
     @property
     def base_url(self) -> str:
         """The episode's own OpenAI-compatible base URL (``.../k/<key>/v1``): an
         unmodified agent that only takes a base URL lands every call in this episode."""
-        root = self.shared_base_url.removesuffix("/v1")
-        return f"{root}/k/{self.api_key}/v1"
+        return self.base_url_for(None)
 
     @property
     def api_key(self) -> str:
@@ -284,31 +343,38 @@ class Rollout:
 
     async def chat(
         self, messages: Sequence[ChatMessage], *, tools: Sequence[Tool] | None = None,
-        **options: Any,
+        role: str | None = None, **options: Any,
     ) -> Completion:
         """One chat call through the SDK, with the rollout's model and sampling; keyword
-        options (``max_tokens=...``, ``stop=...``) override the sampling's fields."""
+        options (``max_tokens=...``, ``stop=...``) override the sampling's fields. `role`:
+        the call is `role`'s, in its episode, on its model (None: the first role)."""
         sampling = dataclasses.replace(self.sampling, **options) if options else self.sampling
-        return await self.episode.chat(messages, model=self.model, tools=tools, sampling=sampling)
+        episode, model = self._role(role)
+        return await episode.chat(messages, model=model, tools=tools, sampling=sampling)
 
-    def openai(self, **kwargs: Any) -> openai.AsyncOpenAI:
-        """An ``openai.AsyncOpenAI`` client bound to this episode (its base URL and key),
-        on the runner's shared connection pool; closing it (``async with ... as client:``)
-        leaves the pool to the other rollouts. Needs ``pip install openai``."""
+    def openai(self, *, role: str | None = None, **kwargs: Any) -> openai.AsyncOpenAI:
+        """An ``openai.AsyncOpenAI`` client bound to this episode (its base URL and key;
+        `role`'s episode's with roles), on the runner's shared connection pool; closing it
+        (``async with ... as client:``) leaves the pool to the other rollouts. Needs
+        ``pip install openai``."""
         import openai
 
-        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key,
+        episode = self._role(role)[0]
+        return openai.AsyncOpenAI(base_url=self.base_url_for(role),
+                                  api_key=episode.openai_api_key,
                                   http_client=self._pools.get(openai.DefaultAsyncHttpxClient),
                                   **kwargs)
 
-    def anthropic(self, **kwargs: Any) -> anthropic.AsyncAnthropic:
-        """An ``anthropic.AsyncAnthropic`` client bound to this episode, on the shared pool
-        as `openai` is (closing it leaves the pool open). Needs ``pip install anthropic``."""
+    def anthropic(self, *, role: str | None = None, **kwargs: Any) -> anthropic.AsyncAnthropic:
+        """An ``anthropic.AsyncAnthropic`` client bound to this episode (`role`'s), on the
+        shared pool as `openai` is (closing it leaves the pool open). Needs
+        ``pip install anthropic``."""
         import anthropic
 
-        base = self.base_url.removesuffix("/v1")  # the Anthropic client appends /v1/messages
+        # the Anthropic client appends /v1/messages
+        base = self.base_url_for(role).removesuffix("/v1")
         return anthropic.AsyncAnthropic(
-            base_url=base, api_key=self.api_key,
+            base_url=base, api_key=self._role(role)[0].openai_api_key,
             http_client=self._pools.get(anthropic.DefaultAsyncHttpxClient), **kwargs)
 
 
@@ -337,6 +403,11 @@ class Environment(abc.ABC):
 
     name: str = ""
     """A short name for logs and records (the class name when empty)."""
+    roles: tuple[str, ...] = ("",)
+    """The roles of its agents (``("proposer", "solver")``): a rollout holds one episode
+    per role, each on the model the run maps the role to (``--role NAME=MODEL``), and
+    ``play`` returns ``Outcome(rewards={role: reward})``. The default, one unnamed role,
+    is a single-agent environment."""
 
     @abc.abstractmethod
     def items(self, split: Split) -> Iterable[Item]:

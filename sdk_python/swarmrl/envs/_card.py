@@ -9,7 +9,9 @@ session lease, every evaluation (split, pinned policy version, figures with the 
 by kind, checkpoint, whether it was deleted), training's totals (with their failures by
 kind), which checkpoint was selected by val and the one test evaluation (or that it was
 interrupted), why a run stopped or was refused, each start of a resumed run, wall
-times, the git commit and the versions of the packages that decide the numbers.
+times, the git commit and the versions of the packages that decide the numbers. A run of
+roles adds each role's model (frozen or not, the base it is an adapter of: ``roles``)
+and each evaluation's version of every model it pinned (``pinned_versions``).
 
 A card is also the state a resumed run starts from (`_runfolder`), so it is replaced
 atomically (`write_atomic`): a writer killed mid-write leaves the previous card whole.
@@ -152,6 +154,13 @@ def _train_line(train: Mapping[str, Any]) -> str:
     return "Training: " + ", ".join(parts) + "."
 
 
+def _versions(e: Mapping[str, Any]) -> str:
+    """An evaluation's policy version, or each model's (an evaluation of roles)."""
+    pins = e.get("pinned_versions")
+    return ", ".join(f"{m} {v}" for m, v in pins.items()) if pins else str(
+        e.get("pinned_version"))
+
+
 def render_markdown(card: Mapping[str, Any]) -> str:
     """A short human rendering of a card (the JSON is the record)."""
     env = card["env"]
@@ -167,6 +176,10 @@ def render_markdown(card: Mapping[str, Any]) -> str:
         lines.append(f"- started {len(card['starts'])} times (resumed from its folder)")
     if card.get("checkpoint"):
         lines.append(f"- checkpoint evaluated: {card['checkpoint']['path']}")
+    for role, r in card.get("roles", {}).items():
+        lines.append(f"- role `{role}`: model `{r['model']}`"
+                     + (", frozen" if r.get("frozen") else "")
+                     + (f", LoRA adapter of `{r['adapter_of']}`" if r.get("adapter_of") else ""))
     if card.get("stopped"):
         s = card["stopped"]
         lines += ["", f"**Stopped** on item `{s['item']}` of {s['split']}: `{s['error']}`"]
@@ -179,7 +192,7 @@ def render_markdown(card: Mapping[str, Any]) -> str:
         checkpoint = e.get("checkpoint") or ""
         if checkpoint and e.get("checkpoint_deleted"):
             checkpoint = f"(deleted) {checkpoint}"
-        lines.append(f"| {e['name']} | {e['split']} | {e.get('pinned_version')} | "
+        lines.append(f"| {e['name']} | {e['split']} | {_versions(e)} | "
                      f"{'' if trained is None else f'{trained / 60:.1f}'} | "
                      f"{_figure(e.get('figures'))} | {errors_text(e.get('figures'))} | "
                      f"{checkpoint} |")
@@ -199,7 +212,7 @@ def render_markdown(card: Mapping[str, Any]) -> str:
                       "**interrupted** and not played again (test is played once per run)."]
         else:
             errors = errors_text(t.get("figures"))
-            lines += [f"Test, played once on it (policy version {t['pinned_version']}): "
+            lines += [f"Test, played once on it (policy version {_versions(t)}): "
                       f"**{_figure(t['figures'])}**" + (f", {errors}" if errors else "") + "."]
     return "\n".join(lines) + "\n"
 

@@ -17,6 +17,12 @@ and recorded (``card["stopped"]``), a started server stopped.
 The client's session lease is ``--lease`` (`DEFAULT_LEASE_S`): training holds are bound
 to the session, so it is also how long a killed run's hold outlives it.
 
+Roles (`swarmrl.envs._roles`): ``--role NAME=MODEL[:frozen]`` maps an environment's roles
+to the server's models (every trained one's group size checked, every played one pinned
+for each evaluation); with ``--role-base SOURCE`` the started server serves each named
+model as its own LoRA adapter of that one base. The card records each role's model,
+whether it is frozen, and each evaluation's version of every model.
+
 ``swarmrl train`` started again on the same ``--out`` resumes (`_runfolder`), attached or
 not: with a started server, a server is started again on the folder's data dir (once the
 killed run's own is gone), which resumes training from its latest checkpoint. A finished
@@ -44,13 +50,14 @@ from swarmrl._errors import FailedPreconditionError, InvalidArgumentError
 from swarmrl._sampling import SamplingParams
 from swarmrl.envs import _card, _runfolder
 from swarmrl.envs._api import Environment
-from swarmrl.envs._cli_args import DEFAULT_LEASE_S, UsageError, from_card
+from swarmrl.envs._cli_args import DEFAULT_LEASE_S, UsageError, from_card, role_models
 from swarmrl.envs._cli_args import parser as _parser
 from swarmrl.envs._cli_args import train_options as _train_options
 from swarmrl.envs._failures import RunStopped
 from swarmrl.envs._flow import EmptySplit, evaluate_once, splits_record, train_and_test
 from swarmrl.envs._load import load_environment, parse_env_args
 from swarmrl.envs._report import RolloutRecord
+from swarmrl.envs._roles import check_roles, parse_roles, resolve
 from swarmrl.envs._runner import Runner, RunnerConfig
 from swarmrl.envs._server import ServerProcess, wait_gone
 
@@ -91,7 +98,12 @@ def _server(args: argparse.Namespace, out: Path, train_options: dict[str, str] |
     checkpoint = getattr(args, "checkpoint", None)
     if checkpoint is not None:
         extra += ["--resume", str(checkpoint)]
-    server = ServerProcess.start(model=args.model, engine=args.engine,
+    model = args.model
+    models = role_models(args)
+    if models:  # each role's model its own adapter of the one base
+        model = models[0]
+        extra += [a for m in models[1:] for a in ("--model", m)]
+    server = ServerProcess.start(model=model, engine=args.engine,
                                  train_options=train_options, data_dir=data_dir,
                                  log_path=out / "server.log", extra_args=extra)
     print(f"server on {server.target}; its log: {server.log_path}", file=sys.stderr)
@@ -107,20 +119,35 @@ def _runner_config(args: argparse.Namespace, *, training: bool, holder: str) -> 
         eval_sampling=SamplingParams(temperature=0.0, max_tokens=args.max_tokens),
         model=args.policy_model, seed=getattr(args, "seed", 0), progress=args.progress,
         agent_version="swarmrl-train" if training else "swarmrl-eval", holder=holder,
-        max_consecutive_failures=args.max_failures)
+        max_consecutive_failures=args.max_failures, roles=parse_roles(args.role))
 
 
-async def _check_group_size(client: AsyncSwarmClient, args: argparse.Namespace) -> None:
-    """An attached train run's --group-size must be the server trainer's group_size:
-    groups of another size would be cut differently by the trainer."""
-    for info in await client.list_models():
-        if args.policy_model and info.name != args.policy_model:
-            continue
-        if info.group_size and info.group_size != args.group_size:
-            raise UsageError(f"--group-size {args.group_size} differs from the group_size "
-                             f"{info.group_size} of {info.name!r} on {args.target}: pass "
-                             f"--group-size {info.group_size}")
-        return
+def _roles_record(env: Environment, config: RunnerConfig, args: argparse.Namespace
+                  ) -> dict[str, Any]:
+    """Each role's model, whether it is frozen, and (a started ``--role-base`` server) the
+    base it is an adapter of; each evaluation records every model's version."""
+    out: dict[str, Any] = {}
+    for role, spec in resolve(env.roles, config.roles, config.model).items():
+        out[role] = {"model": spec.model or "(the server's first)", "frozen": spec.frozen}
+        if args.role_base and not args.target:
+            out[role]["adapter_of"] = args.role_base
+    return out
+
+
+async def _check_group_size(client: AsyncSwarmClient, args: argparse.Namespace,
+                            trained: list[str]) -> None:
+    """An attached train run's --group-size must be the server trainer's group_size, of
+    every model the run trains: groups of another size would be cut differently."""
+    infos = await client.list_models()
+    for name in trained:
+        for info in infos:
+            if name and info.name != name:
+                continue
+            if info.group_size and info.group_size != args.group_size:
+                raise UsageError(f"--group-size {args.group_size} differs from the group_size "
+                                 f"{info.group_size} of {info.name!r} on {args.target}: pass "
+                                 f"--group-size {info.group_size}")
+            break
 
 
 def _server_record(args: argparse.Namespace, out: Path, train_options: dict[str, str] | None
@@ -142,6 +169,8 @@ async def _play(args: argparse.Namespace, command: str, env: Environment, target
     config = _runner_config(args, training=command == "train",
                             holder=card.get("holder") or _runfolder.holder(out))
     card["runner"] = json.loads(json.dumps(asdict(config), default=str))
+    if env.roles != ("",):
+        card["roles"] = _roles_record(env, config, args)
     card["client"] = {"session_lease": args.lease}
 
     def save() -> None:
@@ -152,7 +181,7 @@ async def _play(args: argparse.Namespace, command: str, env: Environment, target
                                      session_lease=args.lease)
         async with AsyncSwarmClient(config=client_config) as client:
             if command == "train" and args.target:
-                await _check_group_size(client, args)
+                await _check_group_size(client, args, config.trained_models(env))
             async with Runner(env, client, config, on_record=records) as runner:
                 if command == "train":
                     await train_and_test(
@@ -242,6 +271,12 @@ def _main(command: str, argv: Sequence[str]) -> int:
     try:
         env = load_environment(args.env, parse_env_args(args.env_arg))
     except (ValueError, TypeError, ImportError) as err:
+        print(f"swarmrl {command}: {err}", file=sys.stderr)
+        return 2
+    try:  # a bad --role is refused before a server starts
+        check_roles(env.roles, parse_roles(args.role))
+        role_models(args)
+    except ValueError as err:
         print(f"swarmrl {command}: {err}", file=sys.stderr)
         return 2
     out: Path = args.out or Path("runs") / f"{env.label}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_LEASE_S", "UsageError", "from_card", "parser", "train_options"]
+__all__ = ["DEFAULT_LEASE_S", "UsageError", "from_card", "parser", "role_models",
+           "train_options"]
 
 
 class UsageError(ValueError):
@@ -68,6 +69,15 @@ def _common(p: argparse.ArgumentParser) -> None:
                              "the server waits, after the client stops renewing (killed, "
                              "cut off), before it aborts the run's open episodes and lifts "
                              "its training holds (1-600; default: %(default)s)")
+    roles = p.add_argument_group("roles (an environment with several agents)")
+    roles.add_argument("--role", action="append", default=[], metavar="NAME=MODEL[:frozen]",
+                       help="the server model a role plays on (repeatable); ':frozen' serves "
+                            "it, never trained; two roles on one model is self-play, each "
+                            "seat with its own baseline. Roles not named play --policy-model")
+    roles.add_argument("--role-base", metavar="SOURCE",
+                       help="start the server with each model --role names as its own LoRA "
+                            "adapter of this one base (e.g. smollm2, tiny); lora_rank is 16 "
+                            "unless a --train-option names it")
     play = p.add_argument_group("rollouts")
     play.add_argument("--policy-model", default="", metavar="NAME",
                       help="the model rollouts call (default: the server's first)")
@@ -172,9 +182,13 @@ def parser(command: str) -> argparse.ArgumentParser:
 
 def train_options(args: argparse.Namespace) -> dict[str, str]:
     """The started server's train options: the given ones, with group_size from
-    --group-size. The checkpoints evaluations save are kept outside the trainer's
+    --group-size (every model's: each trained role's model groups by it), and lora_rank
+    16 with --role-base unless given. The checkpoints evaluations save are kept outside the trainer's
     keep_checkpoints; the run deletes those it no longer needs (`_flow.prune_checkpoints`)."""
     options = {"group_size": str(args.group_size)}
+    if getattr(args, "role_base", None) and not any(
+            p.startswith("lora_rank=") for p in args.train_option):
+        options["lora_rank"] = "16"  # each role an adapter of one base
     for pair in args.train_option:
         key, sep, value = pair.partition("=")
         if not sep:
@@ -184,6 +198,21 @@ def train_options(args: argparse.Namespace) -> dict[str, str]:
         raise SystemExit(f"--train-option group_size={options['group_size']} differs from "
                          f"--group-size {args.group_size}: groups would never fill")
     return options
+
+
+def role_models(args: argparse.Namespace) -> list[str] | None:
+    """The ``--model`` values of a server started with ``--role-base``: each model the
+    roles name, as ``NAME=BASE`` (one base; with a lora_rank, each an adapter of it).
+    None without ``--role-base``. ValueError for a bad ``--role``."""
+    from swarmrl.envs._roles import parse_roles
+
+    roles = parse_roles(args.role)
+    if not args.role_base:
+        return None
+    if not roles:
+        raise UsageError("--role-base needs --role NAME=MODEL for each role")
+    models = list(dict.fromkeys(spec.model for spec in roles.values()))
+    return [f"{m}={args.role_base}" for m in models]
 
 
 def from_card(command: str, argv: Sequence[str]) -> list[str]:

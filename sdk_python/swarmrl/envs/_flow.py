@@ -22,6 +22,11 @@ repeated once recorded (training is then over), and test is never played twice: 
 card records ``test_started`` before the first test rollout, and a resumed run that
 finds it without a finished test records the test as interrupted instead of playing it.
 
+Roles (`swarmrl.envs._roles`): every hold pins all the models the roles play at once,
+each evaluation records each model's version (``pinned_versions``), and every model the
+run trains is checkpointed under that hold (``checkpoints``, by model) and restored
+together for test, so the pair tested is the pair evaluated.
+
 Checkpoints: each evaluated version is checkpointed; after each evaluation those that
 are neither the best by val so far nor the latest are deleted (`prune_checkpoints`),
 so a run keeps two, not one per evaluation.
@@ -79,13 +84,23 @@ def headline(figures: dict[str, Any]) -> float:
     return -math.inf if value is None else float(value)
 
 
-async def _checkpoint(runner: Runner) -> tuple[str | None, str]:
-    """A checkpoint of the served weights (call it inside a hold), or None and why not."""
-    try:
-        paths = await runner.client.save_checkpoint(runner.config.model or None)
-    except (FailedPreconditionError, PermissionDeniedError) as err:
-        return None, str(err)
-    return (paths[0] if paths else None), ""
+async def _checkpoint(runner: Runner) -> tuple[dict[str, str], str]:
+    """A checkpoint of the served weights of every model the run trains (call it inside
+    a hold), by model ("" : the one model), or none and why not."""
+    paths: dict[str, str] = {}
+    for model in runner.config.trained_models(runner.env):
+        try:
+            saved = await runner.client.save_checkpoint(model or None)
+        except (FailedPreconditionError, PermissionDeniedError) as err:
+            return {}, str(err)
+        if saved:
+            paths[model] = saved[0]
+    return paths, ""
+
+
+def _checkpoints(e: dict[str, Any]) -> dict[str, str]:
+    """An evaluation's checkpoints by model (a one-model run's card has ``checkpoint``)."""
+    return e.get("checkpoints") or {"": e["checkpoint"]}
 
 
 def splits_record(runner: Runner, evaluate_test: bool, *,
@@ -164,7 +179,8 @@ async def prune_checkpoints(runner: Runner, evals: list[dict[str, Any]]) -> None
         if e is best or e is latest or "checkpoint_kept" in e:
             continue
         try:
-            await runner.client.delete_checkpoint(e["checkpoint"], runner.config.model or None)
+            for model, path in _checkpoints(e).items():
+                await runner.client.delete_checkpoint(path, model or runner.config.model or None)
         except NotFoundError:
             pass  # gone already (a retry after a lost answer, or removed by hand)
         except (FailedPreconditionError, InvalidArgumentError, PermissionDeniedError) as err:
@@ -183,10 +199,15 @@ async def evaluate_once(runner: Runner, name: str | None, split: Split, *,
     async with runner.pinned(f"{split} evaluation {name or ''}") as version:
         name = name or f"v{version}"
         report = await runner.evaluate(split, k=k, limit=limit)
-        path, why = await _checkpoint(runner) if checkpoint else (None, "")
+        paths, why = await _checkpoint(runner) if checkpoint else ({}, "")
+        pins = runner.pins
     print(f"[{name}] {report}", flush=True)
     record = {"name": name, "split": split, "pinned_version": version,
-              "figures": report.as_dict(), "checkpoint": path}
+              "figures": report.as_dict(), "checkpoint": next(iter(paths.values()), None)}
+    if len(pins) > 1:
+        record["pinned_versions"] = pins
+    if len(paths) > 1:
+        record["checkpoints"] = paths
     if train_seconds is not None:
         record["train_seconds"] = round(train_seconds, 1)
     if why:
@@ -268,9 +289,12 @@ async def _test_once(runner: Runner, card: dict[str, Any], evals: list[dict[str,
                 "name": best["name"], "pinned_version": best["pinned_version"],
                 "checkpoint": best["checkpoint"], "val_figures": best["figures"],
                 "by": "val success rate (else mean reward); ties: the earlier version"}
-            if best["pinned_version"] != version:
+            if best["pinned_version"] != version or best.get(
+                    "pinned_versions", runner.pins) != runner.pins:
                 try:
-                    version = await runner.restore(best["checkpoint"])
+                    for i, (model, path) in enumerate(_checkpoints(best).items()):
+                        restored = await runner.restore(path, model or None)
+                        version = restored if i == 0 else version
                 except (InvalidArgumentError, FailedPreconditionError) as err:
                     card["selected"]["restore_failed"] = str(err)
                     save()

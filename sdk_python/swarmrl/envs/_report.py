@@ -56,6 +56,12 @@ class RolloutRecord:
     errors: dict[str, int] = field(default_factory=dict)
     """The failures of this rollout's attempts so far by kind, this one's included (on the
     record of a rollout's last attempt: all of them)."""
+    rewards: dict[str, float] = field(default_factory=dict)
+    """Each role's reward (an environment with roles; empty for one unnamed role)."""
+    role_episodes: dict[str, str] = field(default_factory=dict)
+    """Each role's episode id (with roles; `episode_id` is the first role's)."""
+    model_versions: dict[str, list[int]] = field(default_factory=dict)
+    """`policy_versions` by model (evaluation)."""
 
     @property
     def ok(self) -> bool:
@@ -106,7 +112,21 @@ class EvalReport:
     records: list[RolloutRecord]
     seconds: float
     pinned_version: int | None = None
-    """The policy version the evaluation was pinned to (None: not pinned)."""
+    """The policy version the evaluation was pinned to (None: not pinned); with several
+    models pinned, the first's (`pinned_versions` has each)."""
+    pinned_versions: dict[str, int] = field(default_factory=dict)
+    """Each pinned model's version (an evaluation of roles pins every model it plays)."""
+
+    def by_role(self) -> dict[str, dict[str, Any]]:
+        """Each role's mean reward over every rollout (a failed one counts 0) and its CI;
+        empty for an environment without roles."""
+        roles = sorted({r for rec in self.records for r in rec.rewards})
+        out: dict[str, dict[str, Any]] = {}
+        for role in roles:
+            rewards = [rec.rewards.get(role, 0.0) for rec in self.records]
+            out[role] = {"mean_reward": round(sum(rewards) / len(rewards), 4),
+                         "reward_ci95": [round(x, 4) for x in bootstrap_mean(rewards)]}
+        return out
 
     @property
     def policy_versions(self) -> list[int]:
@@ -147,6 +167,11 @@ class EvalReport:
                "seconds": round(self.seconds, 1)}
         if self.k > 1:
             out["pass_at_k"] = self.pass_at_k()
+        if self.pinned_versions:
+            out["pinned_versions"] = dict(self.pinned_versions)
+        by_role = self.by_role()
+        if by_role:
+            out["by_role"] = by_role
         if len(tasks) > 1:
             out["by_task"] = {t: _figures([r for r in self.records if r.task == t])
                               for t in tasks}

@@ -16,6 +16,10 @@ Rules it keeps (each tested; the kinds of failure are `swarmrl.envs._failures`')
 - **The policy's failures are the policy's score, never retried** (retrying them until
   they pass would flatter the policy): a `PolicyError` is an outcome (its reward; no
   success); a timeout fails the rollout.
+- **One episode per role** (`swarmrl.envs._roles`): an attempt opens every role's
+  episode, on its model, under the role's group id; a failed attempt aborts them all; a
+  frozen role's is aborted once played (never trained); each trained role's is ended by
+  the runner with the role's own reward.
 - **Errors that will recur stop the run** (`RunStopped`, `is_fatal`), and so do
   ``max_consecutive_failures`` rollouts in a row that failed for good for the
   environment's or the server's reasons (a rollout with an outcome resets the count; a
@@ -30,7 +34,7 @@ import dataclasses
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +53,7 @@ from swarmrl._sampling import SamplingParams
 from swarmrl.envs._api import Environment, HttpPools, Item, Outcome, Rollout, Split
 from swarmrl.envs._failures import PolicyError, RunStopped, classify, is_fatal
 from swarmrl.envs._report import RolloutRecord
+from swarmrl.envs._roles import group_id_for, resolve
 
 if TYPE_CHECKING:
     from swarmrl._client import AsyncSwarmClient
@@ -82,10 +87,15 @@ async def abort(episode: AsyncEpisode, reason: str) -> None:
 @dataclass(frozen=True)
 class Played:
     """A rollout played to its end: its last attempt's record, and the successful
-    attempt's episode, still open, in training (None in evaluation, or after failing)."""
+    attempt's trained roles' episodes, still open, in training (None in evaluation, or
+    after failing)."""
 
-    episode: AsyncEpisode | None
+    episodes: dict[str, AsyncEpisode] | None
     record: RolloutRecord
+
+    async def abort(self, reason: str) -> None:
+        """Aborts every episode still open (`cleanup` calls)."""
+        await asyncio.gather(*(abort(e, reason) for e in (self.episodes or {}).values()))
 
 
 class _Failed(Exception):
@@ -131,17 +141,17 @@ class Player:
         return 0.0
 
     async def play(self, item: Item, split: Split, group_id: str, sampling: SamplingParams,
-                   *, versions_of: str = "") -> Played:
+                   *, versions_of: Mapping[str, int] | str = "") -> Played:
         """Plays `item` until an attempt has an outcome, the retries are spent, or the
         policy failed. Training (`split` "train") returns the outcome's episode still open;
-        evaluation aborts it and records the policy versions of the calls to `versions_of`
-        (the rollout's model when empty). Failed attempts are recorded (`emit`), the last
+        evaluation aborts it and records the policy versions of the calls to the models
+        `versions_of` names (the pinned ones; every model of the rollout when empty). Failed attempts are recorded (`emit`), the last
         one by the caller, with the rollout's failures by kind in ``errors``."""
         errors: Counter[str] = Counter()
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(_Retry), stop=stop_after_attempt(self.config.retries + 1),
             wait=self._wait, reraise=True)
-        episode: AsyncEpisode | None = None
+        episodes: dict[str, AsyncEpisode] | None = None
         record: RolloutRecord | None = None
         try:
             async for try_ in retrying:
@@ -149,7 +159,7 @@ class Player:
                     attempt = try_.retry_state.attempt_number - 1
                     try:
                         async with self._slots:
-                            episode, record = await self._attempt(
+                            episodes, record = await self._attempt(
                                 item, split, group_id, sampling, attempt, versions_of)
                     except _Failed as failed:
                         errors[failed.record.kind] += 1
@@ -166,7 +176,7 @@ class Player:
         if record.kind:
             errors[record.kind] += 1
         self.consecutive_failures = 0
-        return Played(episode, dataclasses.replace(record, errors=dict(errors)))
+        return Played(episodes, dataclasses.replace(record, errors=dict(errors)))
 
     def _failed_for_good(self, item: Item, split: Split, failed: _Failed) -> Played:
         if failed.record.kind in ("environment", "server"):
@@ -179,25 +189,43 @@ class Player:
                                  ) from failed.error
         return Played(None, failed.record)
 
+    async def _open(self, item: Item, split: Split, group_id: str,
+                    opened: dict[str, AsyncEpisode]) -> dict[str, tuple[AsyncEpisode, str]]:
+        """Opens every role's episode (into `opened`, so a failure aborts those opened)."""
+        roles = resolve(self.env.roles, self.config.roles, self.config.model)
+        bound: dict[str, tuple[AsyncEpisode, str]] = {}
+        for role, spec in roles.items():
+            labels = {"split": split, "item": item.id, "env": self.env.label}
+            if role:
+                labels["role"] = role
+            episode = await self.client.start_episode(
+                item.task, group_id=group_id_for(group_id, role),
+                agent_version=self.config.agent_version,
+                models=[spec.model] if spec.model else (), labels=labels)
+            opened[role] = episode
+            bound[role] = (episode, spec.model or (
+                episode.models[0].name if episode.models else ""))
+        return bound
+
     async def _attempt(self, item: Item, split: Split, group_id: str, sampling: SamplingParams,
-                       attempt: int, versions_of: str) -> tuple[AsyncEpisode | None,
-                                                                RolloutRecord]:
-        """One attempt, a fresh episode; raises `_Failed` / `_Retry` with the attempt's
-        record after aborting its episode."""
+                       attempt: int, versions_of: Mapping[str, int] | str
+                       ) -> tuple[dict[str, AsyncEpisode] | None, RolloutRecord]:
+        """One attempt, a fresh episode per role; raises `_Failed` / `_Retry` with the
+        attempt's record after aborting its episodes."""
         t0 = time.monotonic()
-        episode: AsyncEpisode | None = None
+        opened: dict[str, AsyncEpisode] = {}
         record = RolloutRecord(split, item.id, item.task, "", group_id, attempt, None, None, {},
                                {}, "", 0.0)
         playing_since = math.inf
         try:
-            episode = await self.client.start_episode(
-                item.task, group_id=group_id, agent_version=self.config.agent_version,
-                models=[self.config.model] if self.config.model else (),
-                labels={"split": split, "item": item.id, "env": self.env.label})
-            model = self.config.model or (episode.models[0].name if episode.models else "")
-            record = dataclasses.replace(record, episode_id=episode.id)
+            bound = await self._open(item, split, group_id, opened)
+            first = next(iter(bound))
+            episode, model = bound[first]
+            record = dataclasses.replace(
+                record, episode_id=episode.id,
+                role_episodes={r: e.id for r, (e, _) in bound.items()} if first else {})
             rollout = Rollout(item, split, episode, model=model, sampling=sampling,
-                              pools=self._pools, attempt=attempt)
+                              pools=self._pools, attempt=attempt, roles=bound)
             playing_since = time.monotonic()
             try:
                 outcome = await asyncio.wait_for(self.env.play(rollout),
@@ -206,25 +234,25 @@ class Player:
                 outcome = Outcome(reward=err.reward)
                 record = dataclasses.replace(record, kind="policy",
                                              error=f"PolicyError: {err}"[:2000])
-            if not isinstance(outcome, Outcome) or not math.isfinite(outcome.reward):
-                raise TypeError(f"play() must return an Outcome with a finite reward, "
-                                f"got {outcome!r}")
+            rewards = _rewards(outcome, bound)
+            assert isinstance(outcome, Outcome)
             record = dataclasses.replace(
-                record, reward=float(outcome.reward), success=outcome.success,
+                record, reward=rewards[first] if not first else outcome.overall,
+                rewards=rewards if first else {}, success=outcome.success,
                 metrics=dict(outcome.metrics), info=dict(outcome.info))
-            if split != "train":  # evaluation: never trained; the versions that played it
+            specs = resolve(self.env.roles, self.config.roles, self.config.model)
+            for role in [r for r in bound if split != "train" or specs[r].frozen]:
+                # evaluation, or a frozen role: never trained
+                why = f"evaluation ({split})" if split != "train" else f"frozen role {role}"
                 with contextlib.suppress(FailedPreconditionError):  # closed already (a lapse)
-                    await episode.abort(f"evaluation ({split}): never trained")
-                info = await self.client.get_episode(episode.id, include_calls=True)
-                name = versions_of or model
-                calls = [c for c in info.calls if c.model == name]
-                versions = sorted({v for c in calls for v, _, _ in c.version_spans}
-                                  | {c.policy_version for c in calls})
-                record = dataclasses.replace(record, policy_versions=tuple(versions))
-                episode = None
+                    await opened.pop(role).abort(f"{why}: never trained")
+            if split != "train":  # the versions that played it, per model
+                by_model = await self._versions(bound, versions_of)
+                record = dataclasses.replace(
+                    record, model_versions=by_model,
+                    policy_versions=tuple(sorted({v for vs in by_model.values() for v in vs})))
         except asyncio.CancelledError:
-            if episode is not None:
-                await abort(episode, "the run was stopped")
+            await asyncio.gather(*(abort(e, "the run was stopped") for e in opened.values()))
             raise
         except Exception as exc:  # a failed attempt is data: aborted, recorded, maybe retried
             # wait_for's own timeout (not one from inside play(), an environment
@@ -235,9 +263,40 @@ class Player:
             error = "timed out" if timed_out else f"{type(exc).__name__}: {exc}"
             _log.warning("rollout_failed", env=self.env.label, item=item.id, attempt=attempt,
                          kind=kind, error=error[:500])
-            if episode is not None:
-                await abort(episode, f"rollout failed: {error[:400]}")
+            await asyncio.gather(*(abort(e, f"rollout failed: {error[:400]}")
+                                   for e in opened.values()))
             record = dataclasses.replace(record, kind=kind, error=error[:2000], reward=None,
-                                         success=None, seconds=time.monotonic() - t0)
+                                         rewards={}, success=None,
+                                         seconds=time.monotonic() - t0)
             raise (_Retry if kind in ("environment", "server") else _Failed)(record, exc) from exc
-        return episode, dataclasses.replace(record, seconds=time.monotonic() - t0)
+        return (opened if split == "train" else None), dataclasses.replace(
+            record, seconds=time.monotonic() - t0)
+
+    async def _versions(self, bound: Mapping[str, tuple[AsyncEpisode, str]],
+                        versions_of: Mapping[str, int] | str) -> dict[str, list[int]]:
+        """The policy versions of the evaluated calls by model: of the pinned models'
+        calls (all the rollout's models when `versions_of` names none), every role's
+        episode read."""
+        pinned = set(versions_of) if not isinstance(versions_of, str) else (
+            {versions_of} if versions_of else set())
+        names = pinned or {m for _, m in bound.values()}
+        versions: dict[str, set[int]] = {}
+        for episode, _ in bound.values():
+            info = await self.client.get_episode(episode.id, include_calls=True)
+            for c in info.calls:
+                if c.model in names:
+                    versions.setdefault(c.model, set()).update(
+                        {c.policy_version} | {v for v, _, _ in c.version_spans})
+        return {m: sorted(vs) for m, vs in sorted(versions.items())}
+
+
+def _rewards(outcome: object, bound: Mapping[str, Any]) -> dict[str, float]:
+    """Each role's reward, checked finite (TypeError otherwise: a bug in ``play()``)."""
+    if not isinstance(outcome, Outcome):
+        raise TypeError(f"play() must return an Outcome, got {outcome!r}")
+    unknown = set(outcome.rewards) - set(bound)
+    rewards = {r: outcome.reward_for(r) for r in bound}
+    if unknown or not all(math.isfinite(v) for v in rewards.values()):
+        raise TypeError(f"play() must return an Outcome with a finite reward for each of "
+                        f"its roles {sorted(bound)}, got {outcome!r}")
+    return rewards

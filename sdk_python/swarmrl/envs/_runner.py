@@ -35,7 +35,11 @@ splits' in `swarmrl.envs._splits`, the kinds of failure in `swarmrl.envs._failur
   releases that holder's earlier hold when it starts (a resumed run never stacks a
   second one) and holds under that id.
 - **Groups match the trainer's.** `train` refuses a ``group_size`` other than the one the
-  server's trainer groups by (`ModelInfo.group_size`, when the server reports one).
+  server's trainer groups by (`ModelInfo.group_size`, when the server reports one), for
+  every model the run trains.
+- **Roles** (`swarmrl.envs._roles`): a rollout holds one episode per role; a group is
+  ended whole or aborted whole across roles (each trained role's episodes with their own
+  rewards), and an evaluation pins every model its roles play, under the one holder.
 """
 
 from __future__ import annotations
@@ -47,7 +51,15 @@ import math
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +80,8 @@ from swarmrl.envs._api import Environment, HttpPools, Item, Split
 from swarmrl.envs._failures import PolicyError, RunStopped
 from swarmrl.envs._progress import Progress
 from swarmrl.envs._report import EvalReport, RolloutRecord, TrainReport
-from swarmrl.envs._rollout import CLEANUP_S, Played, Player, abort, cleanup
+from swarmrl.envs._roles import RoleSpec, check_roles, played_models, trained_models
+from swarmrl.envs._rollout import CLEANUP_S, Played, Player, cleanup
 from swarmrl.envs._splits import Splits
 
 __all__ = ["CLEANUP_S", "PolicyError", "RunStopped", "Runner", "RunnerConfig", "TrainReport"]
@@ -112,6 +125,9 @@ class RunnerConfig:
     """The holder id of this runner's training holds (`pinned`); empty: a random one. A
     run folder's own id lets a resumed run re-adopt its hold: the runner releases that
     holder's earlier hold when it starts."""
+    roles: Mapping[str, RoleSpec] = field(default_factory=dict)
+    """The model of each role of the environment (``--role NAME=MODEL[:frozen]``); a role
+    not named plays on `model`, trained."""
 
     def __post_init__(self) -> None:
         for name in ("group_size", "concurrency"):
@@ -121,6 +137,14 @@ class RunnerConfig:
             raise ValueError("retries must be >= 0 and rollout_timeout_s > 0")
         if self.max_consecutive_failures < 0:
             raise ValueError("max_consecutive_failures must be >= 0 (0: never stop)")
+
+    def trained_models(self, env: Environment) -> list[str]:
+        """The models `env`'s roles train ("" : the server's first model)."""
+        return trained_models(env.roles, self.roles, self.model)
+
+    def played_models(self, env: Environment) -> list[str]:
+        """Every model `env`'s roles play, frozen ones' included."""
+        return played_models(env.roles, self.roles, self.model)
 
 
 _EXECUTORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, ThreadPoolExecutor]]
@@ -167,10 +191,9 @@ class Runner:
         self._pools = HttpPools(self.config.concurrency, self.config.rollout_timeout_s)
         self._player = Player(env, client, self.config, self._pools, on_record)
         self._splits = Splits(env, self.config.seed)
-        self._pin: int | None = None
-        """The policy version a `pinned()` block holds, inside one."""
-        self._pin_model = ""
-        """The model a `pinned()` block holds ("" when none, or unknown)."""
+        check_roles(env.roles, self.config.roles)
+        self._pins: dict[str, int] = {}
+        """Each model a `pinned()` block holds, and its version (empty when none)."""
         self._group_size_checked = False
 
     async def __aenter__(self) -> Runner:
@@ -180,8 +203,9 @@ class Runner:
         if self.config.holder:  # a resumed run's hold: released, re-taken when it pins
             with contextlib.suppress(FailedPreconditionError, NotFoundError,
                                      PermissionDeniedError):
-                await self.client.release_training(self.config.model or None,
-                                                   holder=self.config.holder)
+                for model in self.config.played_models(self.env):
+                    await self.client.release_training(model or None,
+                                                       holder=self.config.holder)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -225,8 +249,7 @@ class Runner:
             await asyncio.gather(*tasks, return_exceptions=True)
             finished = [t.result() for t in tasks
                         if t.done() and not t.cancelled() and t.exception() is None]
-            await asyncio.gather(*(abort(p.episode, "the run was stopped")
-                                   for p in finished if p.episode is not None))
+            await asyncio.gather(*(p.abort("the run was stopped") for p in finished))
             raise
         return [t.result() for t in tasks]
 
@@ -237,17 +260,19 @@ class Runner:
         played = await self._all(
             self._player.play(item, "train", group_id, self.config.sampling)
             for _ in range(self.config.group_size))
-        whole = all(p.episode is not None for p in played)
+        whole = all(p.episodes is not None for p in played)
         records: list[RolloutRecord] = []
         try:
             for i, p in enumerate(played):
                 record = p.record
                 report.count(record.errors)
                 report.failed_attempts += record.attempt + (0 if record.ok else 1)
-                if p.episode is not None and whole:
+                if p.episodes is not None and whole:
                     assert record.reward is not None
                     try:
-                        await p.episode.end(record.reward)
+                        for role, episode in list(p.episodes.items()):
+                            await episode.end(record.rewards.get(role, record.reward))
+                            del p.episodes[role]  # ended: nothing left to abort
                     except SwarmError as err:
                         # The server ended it first (a lapsed session lease aborts the
                         # session's open episodes), or is gone: a loss to count, not a
@@ -255,19 +280,18 @@ class Runner:
                         whole = False
                         report.count({"server": 1})
                         record = dataclasses.replace(record, error=f"could not end: {err}")
-                        await abort(p.episode, "could not be ended")
+                        await p.abort("could not be ended")
                     else:
                         record = dataclasses.replace(record, trained=True)
-                elif p.episode is not None:
-                    await abort(p.episode, "another rollout of its group failed")
+                elif p.episodes is not None:
+                    await p.abort("another rollout of its group failed")
                     record = dataclasses.replace(
                         record, error=record.error or "group aborted: another rollout failed")
                 played[i] = Played(None, record)
                 records.append(record)
                 self._player.emit(record)
         except BaseException:  # stopped while ending: what is still open is aborted
-            await asyncio.gather(*(abort(p.episode, "the run was stopped") for p in played
-                                   if p.episode is not None))
+            await asyncio.gather(*(p.abort("the run was stopped") for p in played))
             raise
         if whole:
             report.groups += 1
@@ -279,17 +303,20 @@ class Runner:
         return records
 
     async def _check_group_size(self) -> None:
-        """Refuses a group_size other than the server's trainer's (once per runner)."""
+        """Refuses a group_size other than the server's trainers' (of every model the run
+        trains; once per runner)."""
         if self._group_size_checked:
             return
-        for m in await self.client.list_models():
-            if m.name == self.config.model or not self.config.model:
-                if m.group_size and m.group_size != self.config.group_size:
-                    raise ValueError(
-                        f"the runner's group_size is {self.config.group_size}, but the "
-                        f"server's trainer of {m.name!r} groups {m.group_size} episodes "
-                        f"(its group_size option); set them equal")
-                break
+        models = await self.client.list_models()
+        for name in self.config.trained_models(self.env):
+            for m in models:
+                if m.name == name or not name:
+                    if m.group_size and m.group_size != self.config.group_size:
+                        raise ValueError(
+                            f"the runner's group_size is {self.config.group_size}, but the "
+                            f"server's trainer of {m.name!r} groups {m.group_size} episodes "
+                            f"(its group_size option); set them equal")
+                    break
         self._group_size_checked = True
 
     async def _reached(self, version: int) -> bool:
@@ -357,39 +384,54 @@ class Runner:
 
     @contextlib.asynccontextmanager
     async def pinned(self, reason: str = "") -> AsyncIterator[int]:
-        """Holds the model's training for the block (`hold_training`: a step in progress
-        lands first, none starts until the block ends) and yields the policy version
-        served meanwhile. Evaluations inside play that version, and a checkpoint saved
-        inside holds its weights. A model nothing trains is pinned by construction.
-        Holding needs an admin key on a server with keys. The hold is the client
-        session's lease: a runner that dies leaves it to lapse."""
-        if self._pin is not None:  # nested: the outer hold covers it
-            yield self._pin
+        """Holds the training of every model the environment's roles play for the block
+        (`hold_training`, one hold per model under the runner's one holder: a step in
+        progress lands first, none starts until the block ends) and yields the policy
+        version served meanwhile (of the first model; `pins` has each). Evaluations
+        inside play those versions, and a checkpoint saved inside holds their weights. A
+        model nothing trains is pinned by construction. Holding needs an admin key on a
+        server with keys. The holds are the client session's lease: a runner that dies
+        leaves them to lapse."""
+        if self._pins:  # nested: the outer hold covers it
+            yield next(iter(self._pins.values()))
             return
         holder = self.config.holder or f"swarmrl-runner-{uuid.uuid4().hex[:8]}"
+        held: list[str] = []
+        pins: dict[str, int] = {}
         try:
-            held = await self.client.hold_training(
-                self.config.model or None, holder=holder, reason=reason or "pinned evaluation")
-        except FailedPreconditionError:  # not trained here: its version never changes
-            self._pin = await self.policy_version()
-            try:
-                yield self._pin
-            finally:
-                self._pin = None
-            return
-        self._pin, self._pin_model = held.policy_version, held.model
-        try:
-            yield held.policy_version
+            for model in self.config.played_models(self.env):
+                try:
+                    state = await self.client.hold_training(
+                        model or None, holder=holder, reason=reason or "pinned evaluation")
+                except FailedPreconditionError:  # not trained here: its version never changes
+                    pins[model or await self._first_model()] = await self.policy_version(model)
+                else:
+                    held.append(state.model)
+                    pins[state.model] = state.policy_version
+            self._pins = pins
+            yield next(iter(pins.values()))
         finally:
-            self._pin, self._pin_model = None, ""
-            await cleanup(self.client.release_training(held.model, holder=holder))
+            self._pins = {}
+            for model in held:
+                await cleanup(self.client.release_training(model, holder=holder))
 
-    async def restore(self, checkpoint: str) -> int:
+    @property
+    def pins(self) -> dict[str, int]:
+        """Inside `pinned()`: each model held and its version."""
+        return dict(self._pins)
+
+    async def _first_model(self) -> str:
+        models = await self.client.list_models()
+        return models[0].name if models else ""
+
+    async def restore(self, checkpoint: str, model: str | None = None) -> int:
         """Serves a checkpoint the server wrote as a new policy version (`restore_checkpoint`)
-        and returns it; inside `pinned()`, the block's evaluations then play it."""
-        state = await self.client.restore_checkpoint(checkpoint, self.config.model or None)
-        if self._pin is not None:
-            self._pin = state.policy_version
+        of `model` (default: the run's) and returns it; inside `pinned()`, the block's
+        evaluations then play it."""
+        state = await self.client.restore_checkpoint(checkpoint,
+                                                     model or self.config.model or None)
+        if state.model in self._pins:
+            self._pins[state.model] = state.policy_version
         return state.policy_version
 
     async def evaluate(self, split: Split = "val", *, k: int = 1, limit: int | None = None,
@@ -410,11 +452,12 @@ class Runner:
         if not pin:
             return await self._evaluate(split, k, limit, None)
         async with self.pinned(f"evaluating {self.env.label} {split}") as version:
+            pins = self.pins
             report = await self._evaluate(split, k, limit, version)
-        stray = set(report.policy_versions) - {version}
+        stray = _stray(report, pins)
         if stray:
-            raise RuntimeError(f"{self.env.label} {split}: evaluation pinned to version "
-                               f"{version} played versions {sorted(stray)}")
+            raise RuntimeError(f"{self.env.label} {split}: evaluation pinned to versions "
+                               f"{pins} played {stray}")
         return report
 
     async def _evaluate(self, split: Split, k: int, limit: int | None,
@@ -428,7 +471,7 @@ class Runner:
 
         async def one(item: Item) -> Played:
             played = await self._player.play(item, split, "", sampling,
-                                             versions_of=self._pin_model)
+                                             versions_of=self._pins)
             self._player.emit(played.record)
             progress.add([played.record])
             return played
@@ -436,15 +479,29 @@ class Runner:
         with progress:
             played = await self._all(one(i) for i in items for _ in range(k))
         return EvalReport(self.env.label, split, k, [p.record for p in played],
-                          time.monotonic() - t0, pinned)
+                          time.monotonic() - t0, pinned,
+                          dict(self._pins) if len(self._pins) > 1 else {})
 
-    async def policy_version(self) -> int:
-        """The served version of the rollouts' model (-1 when unknown)."""
+    async def policy_version(self, model: str | None = None) -> int:
+        """The served version of `model` (default: the first trained role's model; -1 when
+        unknown)."""
+        name = self.config.trained_models(self.env)[0] if model is None and \
+            self.config.trained_models(self.env) else (model or "")
         models = await self.client.list_models()
         for m in models:
-            if m.name == self.config.model or not self.config.model:
+            if m.name == name or not name:
                 return m.policy_version
         return -1
+
+
+def _stray(report: EvalReport, pins: Mapping[str, int]) -> list[int]:
+    """Versions an evaluation played that are not its pins', model by model (the calls of
+    the pinned models: every record names the versions of those calls per model)."""
+    stray = {v for r in report.records for m, vs in r.model_versions.items()
+             for v in vs if m in pins and v != pins[m]}
+    if not any(r.model_versions for r in report.records):
+        stray = set(report.policy_versions) - set(pins.values())
+    return sorted(stray)
 
 
 def _first(errors: Sequence[BaseException]) -> BaseException:
