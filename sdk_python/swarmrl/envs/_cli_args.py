@@ -76,8 +76,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                             "seat with its own baseline. Roles not named play --policy-model")
     roles.add_argument("--role-base", metavar="SOURCE",
                        help="start the server with each model --role names as its own LoRA "
-                            "adapter of this one base (e.g. smollm2, tiny); lora_rank is 16 "
-                            "unless a --train-option names it")
+                            "adapter of this one base (e.g. smollm2, tiny); its lora_rank train "
+                            "option is 16 unless given")
     play = p.add_argument_group("rollouts")
     play.add_argument("--policy-model", default="", metavar="NAME",
                       help="the model rollouts call (default: the server's first)")
