@@ -167,6 +167,42 @@ async def test_self_play_seats_have_their_own_groups_and_rewards(
         assert len({stored[e.episode_id] for e in g.episodes}) == 1
 
 
+class Flaky(Relay):
+    """Two train items; the first rollout of train1 to finish fails after both roles
+    called their models (its sibling plays cleanly)."""
+
+    failed = False
+
+    def items(self, split: Split) -> list[Item]:
+        return super().items(split)[:2] if split == "train" else super().items(split)
+
+    async def play(self, rollout: Rollout) -> Outcome:
+        outcome = await super().play(rollout)
+        if rollout.item.id == "train1" and not self.failed:
+            self.failed = True
+            raise RuntimeError("the environment broke")
+        return outcome
+
+
+async def test_a_failed_rollout_aborts_every_roles_episode_and_its_group(
+        adapters: RunningServer) -> None:
+    """A rollout failing for good aborts both roles' episodes, and the other rollout of its
+    group (both roles) is aborted too: a group is trained whole or not at all, across
+    roles. The healthy group ends both roles' episodes."""
+    records: list[Any] = []
+    async with swarmrl.AsyncSwarmClient(adapters.grpc_target) as client:
+        config = RunnerConfig(group_size=2, concurrency=4, progress=False, retries=0,
+                              roles=parse_roles(["proposer=a", "solver=b"]))
+        async with Runner(Flaky(), client, config, on_record=records.append) as runner:
+            report = await runner.train(groups=2)
+        assert (report.groups, report.groups_aborted) == (1, 1)
+        failed = [r for r in records if r.item_id == "train1"]
+        assert sorted(r.ok for r in failed) == [False, True]  # one failed, one played
+        for r in records:
+            states = {(await client.get_episode(i)).state for i in r.role_episodes.values()}
+            assert states == ({"aborted"} if r.item_id == "train1" else {"ended"}), r
+
+
 async def test_an_evaluation_holds_every_roles_model(adapters: RunningServer) -> None:
     """Inside the hold, whole groups of both models end; neither model steps until the
     evaluation ends, then both do."""
