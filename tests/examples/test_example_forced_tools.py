@@ -3,8 +3,10 @@
 
 Every call of its episodes is decoded under a grammar (the forced tool call, then the
 JSON answer) and recorded with it. With the default ``constrained_calls=mask`` the
-trainer trains the choices those grammars left; with ``constrained_calls=context`` it
-trains none of their tokens, so every episode is dropped as having none.
+trainer trains the choices those grammars left; ``constrained_calls=unmasked`` trains the
+same choices (recomputed over the full softmax), so its episodes train too; with
+``constrained_calls=context`` it trains none of their tokens, so every episode is dropped
+as having none.
 """
 
 from __future__ import annotations
@@ -61,12 +63,12 @@ def _steps(out: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("constrained_calls", ["mask", "context"])
+@pytest.mark.parametrize("constrained_calls", ["mask", "unmasked", "context"])
 def test_forced_calls_are_recorded_and_trained_by_the_option(
     tmp_path: Path, model_cache: Path, constrained_calls: str
 ) -> None:
     out = tmp_path / "run"
-    options = () if constrained_calls == "mask" else ("constrained_calls=context",)
+    options = () if constrained_calls == "mask" else (f"constrained_calls={constrained_calls}",)
     server_log = _train(out, model_cache, *options)
     rows = read_rollouts(out)
     train = [r for r in rows if r["split"] == "train"]
@@ -82,7 +84,7 @@ def test_forced_calls_are_recorded_and_trained_by_the_option(
     card = json.loads((out / "card.json").read_text())
     assert card["env"]["describe"]["tasks"] == ["add", "price", "convert"]
     steps = _steps(out)
-    if constrained_calls == "mask":
+    if constrained_calls != "context":  # mask and unmasked train the same choices
         assert steps and all(s["actor/tokens_trained"] > 0 for s in steps)
         assert steps[0]["reward/episodes"] == 4
     else:  # as context the episodes hold no trained token: dropped, never a step

@@ -21,7 +21,7 @@ PARTIAL_GROUPS = ("wait", "train")
 TASK_MIX_SHORT = ("wait", "fill")
 MODES = ("async", "sync")
 WEIGHT_SYNCS = ("auto", "wait", "interrupt")
-CONSTRAINED_CALLS = ("mask", "context")
+CONSTRAINED_CALLS = ("mask", "unmasked", "context")
 
 
 class TrainerConfigError(ValueError):
@@ -150,7 +150,10 @@ class TrainerConfig:
     """How calls decoded under a grammar (forced tool calls, JSON response formats) train:
     mask (the forward pass replays the grammar's mask, so it recomputes their recorded
     logprobs exactly, and every token where the grammar left a choice is trained;
-    timelines.grammar) or context (their tokens are context, loss mask 0)."""
+    timelines.grammar), unmasked (the same tokens trained, their logprobs recomputed over
+    the full softmax with no mask replayed: the importance ratio compares the sampler's
+    masked logprobs with unmasked ones) or context (their tokens are context, loss mask
+    0)."""
     progress: bool = True
     """Show a console progress bar of training steps."""
 
@@ -234,6 +237,19 @@ class TrainerConfig:
             raise TrainerConfigError(
                 f"task_mix={self.task_mix!r} gives a task no place in a batch of {self.batch_size}")
         return quotas
+
+    @property
+    def trains_constrained(self) -> bool:
+        """Whether the choices of constrained calls train (`constrained_calls` mask or
+        unmasked: merged with their grammar's `choices`), rather than being context."""
+        return self.constrained_calls != "context"
+
+    @property
+    def masks_constrained(self) -> bool:
+        """Whether the forward replays the grammar's mask over constrained spans (mask);
+        unmasked recomputes their logprobs over the full softmax. The one place that
+        decides it: `StepRunner._masks`."""
+        return self.constrained_calls == "mask"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -65,8 +65,9 @@ def reference_for(policy: Policy, path: Path, config: TrainerConfig, placement: 
 
 def grammar_for(path: Path, config: TrainerConfig) -> dict[str, Any]:
     """The StepRunner argument that replays constrained calls' grammars into forward masks
-    (none when they train as context: their rows then carry no grammar spans)."""
-    if config.constrained_calls != "mask":
+    (none when they train as context: their rows then carry no grammar spans; whether the
+    forward uses it is `StepRunner._masks`'s decision)."""
+    if not config.trains_constrained:
         return {}
     return {"grammar": GrammarReplay.for_model(path)}
 

@@ -21,7 +21,8 @@ outside `generated_mask`, the advantages and every count) and rows carry their g
 spans; each runner replays those spans into masks for its own forward (policy and
 reference alike), so a worker needs only the rows it trains. The masked forward's logprob
 at a trained token is the one the engine drew it with: the importance ratio starts at 1,
-as for any on-policy token.
+as for any on-policy token. `constrained_calls=unmasked` trains the same tokens but runs
+the forward without the masks (`_masks`), the comparison arm of the mask.
 
 This module is synchronous torch code; the trainer runs it off the event loop.
 """
@@ -404,8 +405,11 @@ class StepRunner:
         return loss, pg_loss.detach(), metrics
 
     def _masks(self, rows: Sequence[Timeline]) -> list[RowMask | None] | None:
-        """The rows' grammar masks (None when no row has a constrained span)."""
-        if not any(r.grammars for r in rows):
+        """The rows' grammar masks (None when no row has a constrained span, or when
+        `constrained_calls=unmasked`: the forward is then the full softmax at every token,
+        so the importance ratio of a trained choice compares the sampler's masked logprob
+        with the unmasked recompute). The only place the forward's mask is decided."""
+        if not self.config.masks_constrained or not any(r.grammars for r in rows):
             return None
         if self.grammar is None:
             raise ValueError("rows carry grammar spans but this runner has no GrammarReplay")

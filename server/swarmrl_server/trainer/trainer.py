@@ -88,7 +88,7 @@ class Trainer:
         """Whoever holds the weights and runs the steps (started by `start_group`)."""
         self.writer: metrics.MetricsWriter | None = None
         self.grammar = (GrammarReplay.for_model(port.weights_dir)
-                        if config.constrained_calls == "mask" else None)
+                        if config.trains_constrained else None)
         """Replays constrained calls' grammars, so that their forced tokens leave the loss
         (`timelines.grammar`); None trains those calls as context."""
 

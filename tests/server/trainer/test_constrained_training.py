@@ -5,8 +5,9 @@ renormalised distribution: a token the grammar forces has logprob 0 exactly. The
 records its grammar; the trainer replays it along the recorded ids and masks its own
 logits the same way, so its recompute equals the recorded logprobs (hf and vLLM, merged
 and tree-packed), forced tokens leave the loss, and the choices the grammar left (a
-tool's arguments) carry the gradient. `constrained_calls=context` trains such calls as
-context, as before grammars were recorded.
+tool's arguments) carry the gradient. `constrained_calls=unmasked` trains the same
+choices with logprobs recomputed over the full softmax; `constrained_calls=context` trains
+such calls as context, as before grammars were recorded.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from swarmrl_server.timelines.grammar import GrammarReplay, allowed_M_V
 from swarmrl_server.timelines.logprobs import forward_packed, forward_timelines
 from swarmrl_server.timelines.merge import Timeline, merge_calls
 from swarmrl_server.timelines.pack import plan_packing
-from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
+from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError, describe_options
+from swarmrl_server.trainer.setup import grammar_for
 from swarmrl_server.trainer.step import StepRunner, batch_advantages, episode_rows, generated_mask
 from tests.engine_fixtures import make_engine
 from tests.http_support import start_episode
@@ -278,10 +280,67 @@ async def test_forced_tool_calls_train_their_arguments_only(
         assert rows_ctx.num_generated == 0 and not rows_ctx.rows[0].grammars
 
 
+async def test_unmasked_trains_the_same_tokens_over_the_full_softmax(
+    http_server: Any, tiny_model_dir: Path
+) -> None:
+    """`constrained_calls=unmasked`, the mask's comparison arm: the choices the mask arm
+    trains, with logprobs recomputed over the whole vocabulary, so a choice's importance
+    ratio starts below 1 by exactly the mass the grammar removed."""
+    records = await _forced_tool_episodes(http_server, 4)
+    model, tokenizer = load_model(tiny_model_dir)
+    model.eval()
+    replay = GrammarReplay(tokenizer)
+    episodes = [episode_rows(r, "tiny", "g", replay.choices)[0] for r in records]
+    rows = [e.rows[0] for e in episodes]
+    recomputed: dict[str, list[torch.Tensor]] = {}
+    for arm in ("mask", "unmasked"):
+        config = TrainerConfig.from_options({"constrained_calls": arm, "progress": "false"})
+        assert config.trains_constrained
+        captured = recomputed[arm] = []
+
+        def forward(*args: Any, into: list[torch.Tensor] = captured, **kwargs: Any) -> Any:
+            logprobs, entropy = forward_timelines(*args, **kwargs)
+            into.extend(lp.detach() for lp in logprobs)
+            return logprobs, entropy
+
+        # The workers' wiring: the replay a runner gets for this option.
+        runner = StepRunner(model, torch.optim.SGD(model.parameters(), lr=0.0), config,
+                            pad_id=0, forward=forward, **grammar_for(tiny_model_dir, config))
+        mask_E_L = generated_mask(episodes)
+        with torch.no_grad():
+            runner._micro_batch_loss(episodes, batch_advantages(episodes, config), mask_E_L,
+                                     mask_E_L.shape[1])
+    removed = 0
+    for r, masked, unmasked in zip(rows, recomputed["mask"], recomputed["unmasked"]):
+        (start, end, grammar), = r.grammars
+        with torch.no_grad():
+            logits_T_V = model(torch.tensor([r.token_ids])).logits[0].float()
+        temps_T = torch.tensor(r.temperatures[1:])
+        full_T_V = torch.log_softmax(logits_T_V[:-1] / temps_T[:, None], dim=-1)
+        allowed_N_V = allowed_M_V(replay.replay(grammar, r.token_ids[start:end]).bitmask_N_W,
+                                  full_T_V.shape[-1])
+        trained = [p for p in range(start, end) if r.loss_mask[p]]
+        assert trained  # the arguments: the choices the mask arm trains too
+        for p in trained:
+            full = float(full_T_V[p - 1, r.token_ids[p]])
+            assert float(unmasked[p - 1]) == pytest.approx(full, abs=TOL)
+            assert float(masked[p - 1]) == pytest.approx(r.old_logprobs[p], abs=TOL)
+            # Masked minus unmasked: minus the log of the mass the grammar left.
+            kept = float(torch.logsumexp(full_T_V[p - 1][allowed_N_V[p - start]], 0))
+            assert float(masked[p - 1] - unmasked[p - 1]) == pytest.approx(-kept, abs=TOL)
+            removed += kept < -1e-3
+    assert removed > 0  # the arms differ where the mask removed mass
+
+
 def test_constrained_calls_option() -> None:
     assert TrainerConfig().constrained_calls == "mask"
     config = TrainerConfig.from_options({"constrained_calls": "context"})
     assert config.constrained_calls == "context"
+    assert not config.trains_constrained and not config.masks_constrained
+    unmasked = TrainerConfig.from_options({"constrained_calls": "unmasked"})
+    assert unmasked.trains_constrained and not unmasked.masks_constrained
+    assert TrainerConfig().masks_constrained
+    assert "unmasked (the same tokens trained" in describe_options()
     with pytest.raises(TrainerConfigError, match="constrained_calls"):
         TrainerConfig.from_options({"constrained_calls": "sometimes"})
 
