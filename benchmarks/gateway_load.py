@@ -411,8 +411,8 @@ async def main_async(args: argparse.Namespace) -> None:
             print(f"direct in-process echo engine call: p50 {direct:.3f} ms\n", flush=True)
             if args.profile:
                 profiler = subprocess.Popen(
-                    ["py-spy", "record", "--pid", str(stats.pid), "--format", "raw",
-                     "--output", args.profile, "--rate", "200", "--nonblocking", *(["--native"] if os.environ.get("PYSPY_NATIVE") else [])],
+                    [str(Path(sys.executable).parent / "py-spy"), "record",  # the venv's
+                     "--pid", str(stats.pid), "--format", "raw", "--output", args.profile, "--rate", "200", "--nonblocking", *(["--native"] if os.environ.get("PYSPY_NATIVE") else [])],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             print("door            conc.  calls   calls/s  p50 ms   p99 ms  +p50 ms  cpu ms  "
                   "client ms RSS MiB\n(cpu ms: server CPU per call; client ms: this load "
