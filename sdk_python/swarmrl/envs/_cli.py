@@ -27,7 +27,8 @@ whether it is frozen, and each evaluation's version of every model.
 not: with a started server, a server is started again on the folder's data dir (once the
 killed run's own is gone), which resumes training from its latest checkpoint. A finished
 run plays nothing more. ``swarmrl eval`` does not resume: it refuses a folder that holds
-a run. ``swarmrl eval --checkpoint PATH`` evaluates a checkpoint a training server wrote.
+a run. ``swarmrl eval --checkpoint PATH`` evaluates a checkpoint a training server wrote;
+``--role-checkpoint MODEL=PATH`` (attached) restores several models' at once.
 """
 
 from __future__ import annotations
@@ -215,8 +216,26 @@ async def _evaluate(runner: Runner, args: argparse.Namespace, card: dict[str, An
             else:
                 record["served_from_start_as_version"] = version
             card["checkpoint"] = record
+        if args.role_checkpoint:
+            card["checkpoints"] = await _restore_roles(runner, args)
+            version = next(iter(runner.pins.values()), version)
         card["evals"].append(await evaluate_once(
             runner, args.split, args.split, limit=args.limit, k=args.k))
+
+
+async def _restore_roles(runner: Runner, args: argparse.Namespace) -> dict[str, Any]:
+    """``--role-checkpoint MODEL=PATH``: each model's checkpoint served again on the
+    attached server, inside the evaluation's hold (so the pair evaluated is the pair
+    restored, together)."""
+    record: dict[str, Any] = {}
+    for pair in args.role_checkpoint:
+        model, _, path = pair.partition("=")
+        try:
+            version = await runner.restore(path, model)
+        except (InvalidArgumentError, FailedPreconditionError) as err:
+            raise UsageError(f"--role-checkpoint {pair}: {err.message}") from None
+        record[model] = {"path": path, "restored_as_version": version}
+    return record
 
 
 class ServerExited(RuntimeError):
@@ -304,6 +323,10 @@ def _main(command: str, argv: Sequence[str]) -> int:
                     "(a train run's card names each evaluated one: evals[].checkpoint)")
             train_options = None if args.checkpoint is None or args.target else \
                 _checkpoint_options(args.checkpoint)
+            for pair in args.role_checkpoint:
+                if not args.target or "=" not in pair or pair.startswith("="):
+                    raise UsageError(f"--role-checkpoint {pair}: expected MODEL=PATH, with "
+                                     "--target (a server serving every role's model)")
     except UsageError as err:
         print(f"swarmrl {command}: {err}", file=sys.stderr)
         return 2

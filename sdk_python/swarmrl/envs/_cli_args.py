@@ -177,6 +177,12 @@ def parser(command: str) -> argparse.ArgumentParser:
                                 "again as a pinned version: restored on the --target server "
                                 "(its step, or a path on its machine), or served by the "
                                 "started server from its start (a path)")
+        evals.add_argument("--role-checkpoint", action="append", default=[],
+                           metavar="MODEL=PATH",
+                           help="restore this checkpoint of MODEL on the --target server "
+                                "before evaluating, under the evaluation's hold (repeatable: "
+                                "every trained role's checkpoint, as a train card's "
+                                "evals[].checkpoints names them)")
     return p
 
 

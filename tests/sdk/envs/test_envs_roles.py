@@ -10,6 +10,7 @@ until it ends."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -294,3 +295,39 @@ async def test_each_role_trains_its_own_adapter_on_one_vllm_server(
             stored = await stored_episode(running, r.role_episodes[role])
             assert stored.reward == r.rewards[role]
             assert {c.model for c in stored.calls} == {model}
+
+
+@pytest.mark.slow
+async def test_swarmrl_eval_restores_every_roles_checkpoint_under_one_hold(
+        adapters: RunningServer, tmp_path: Path) -> None:
+    """`swarmrl eval --target --role-checkpoint MODEL=PATH ...`: each role's checkpoint
+    is served again and the evaluation plays exactly those restored versions; the
+    swapped pair (each adapter in the other's role) takes the same syntax."""
+    async with swarmrl.AsyncSwarmClient(adapters.grpc_target) as client:
+        async with Runner(Relay(), client, _config(proposer="a", solver="b")) as runner:
+            await runner.train(groups=2)
+        models = adapters.swarm.models
+        await assert_eventually(lambda: _check(models["a"].trainer.policy_version >= 1
+                                               and models["b"].trainer.policy_version >= 1),
+                                timeout=180)
+        held = [await client.hold_training(m, holder="t") for m in "ab"]
+        paths = {m: (await client.save_checkpoint(m))[0] for m in "ab"}
+        for h in held:
+            await client.release_training(h.model, holder="t")
+    out = tmp_path / "swapped"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "swarmrl", "eval", "tests.sdk.envs.test_envs_roles:Relay",
+        "--target", adapters.grpc_target, "--role", "proposer=b", "--role", "solver=a",
+        "--role-checkpoint", f"a={paths['a']}", "--role-checkpoint", f"b={paths['b']}",
+        "--split", "val", "--out", str(out), "--no-progress", cwd=REPO,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 300)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    card = json.loads((out / "card.json").read_text())
+    restored = {m: c["restored_as_version"] for m, c in card["checkpoints"].items()}
+    assert card["evals"][0]["pinned_versions"] == {"b": restored["b"], "a": restored["a"]}
+    assert card["roles"] == {"proposer": {"model": "b", "frozen": False},
+                             "solver": {"model": "a", "frozen": False}}
+    rows = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert rows and all(r["model_versions"] == {"a": [restored["a"]], "b": [restored["b"]]}
+                        for r in rows)
