@@ -336,11 +336,13 @@ class Runner:
 
         Raises:
             RunStopped: An error that would recur (see the module docstring).
-            ValueError: The train split has no item that is not held out, or the
-                group_size differs from the server's trainer's.
+            ValueError: The train split has no item that is not held out, the
+                group_size differs from the server's trainer's, or every role is frozen.
         """
         if groups is None and seconds is None:
             raise ValueError("train() needs groups or seconds")
+        if not self.config.trained_models(self.env):
+            raise ValueError(f"every role of {self.env.label} is frozen: nothing to train")
         report, t0 = TrainReport(), time.monotonic()
         deadline = t0 + seconds if seconds is not None else math.inf
         await self._splits.load()

@@ -103,6 +103,10 @@ async def test_unknown_role_is_refused(adapters: RunningServer) -> None:
     async with swarmrl.AsyncSwarmClient(adapters.grpc_target) as client:
         with pytest.raises(ValueError, match="judge: not a role"):
             Runner(Relay(), client, _config(judge="a"))
+        frozen = _config(proposer="a:frozen", solver="base:frozen")
+        async with Runner(Relay(), client, frozen) as runner:
+            with pytest.raises(ValueError, match="every role of relay is frozen"):
+                await runner.train(groups=1)
 
 
 async def test_each_role_trains_its_own_adapter_on_its_own_reward(
