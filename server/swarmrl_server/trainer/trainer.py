@@ -31,15 +31,14 @@ from swarmrl_server.errors import Reason, precondition
 from swarmrl_server.observe import metrics
 from swarmrl_server.store.records import EpisodeRecord, EpisodeState
 from swarmrl_server.timelines.grammar import GrammarReplay
-from swarmrl_server.timelines.merge import MergeStats
 from swarmrl_server.timelines.pack import plan_packing
-from swarmrl_server.trainer import breakdown, checkpoint
+from swarmrl_server.trainer import breakdown, checkpoint, selection
 from swarmrl_server.trainer.batching import Batcher, BatchPlan
 from swarmrl_server.trainer.config import TrainerConfig, TrainerConfigError
 from swarmrl_server.trainer.history import LOST_WEIGHTS, Recovery, VersionHistory
 from swarmrl_server.trainer.holds import Hold, Holds, check_binding
 from swarmrl_server.trainer.port import TrainingPort
-from swarmrl_server.trainer.step import EpisodeRows, batch_advantages, episode_rows, generated_mask
+from swarmrl_server.trainer.step import batch_advantages, generated_mask
 from swarmrl_server.trainer.workers import GroupFactory, LocalGroup, WorkerGroup
 
 log = structlog.get_logger("swarmrl.trainer")
@@ -188,23 +187,49 @@ class Trainer:
     async def save_checkpoint(self, *, kept: bool = False) -> Path:
         """Checkpoints now. `kept` (a client asked for it): the checkpoint is marked kept on
         request, outside keep_checkpoints' retention, until `delete_checkpoint` (checkpoint.py)."""
-        if self.data_dir is None:
-            raise precondition(Reason.NOT_TRAINABLE,
-                               "the server keeps no data dir (--data-dir), so it cannot checkpoint")
+        self._checkpoint_root("cannot checkpoint")
         async with self._lock:
             return await self._save_checkpoint_locked(kept=kept)
 
     async def delete_checkpoint(self, path: str) -> Path:
         """Removes one checkpoint of this model (a `save_checkpoint` path), by checkpoint.py's
         `delete` rules; never while a save, step or restore runs. Returns the directory."""
-        if self.data_dir is None:
-            raise precondition(Reason.NOT_TRAINABLE,
-                               "the server keeps no data dir (--data-dir), so it has no checkpoints")
-        root = checkpoint.checkpoint_root(self.data_dir, self.name)
+        root = self._checkpoint_root("has no checkpoints")
         async with self._lock:
             removed = await asyncio.to_thread(checkpoint.delete, root, path)
         log.info("checkpoint_deleted", model=self.name, path=str(removed))
         return removed
+
+    async def restore(self, path: Path) -> tuple[int, int]:
+        """Loads a checkpoint this trainer wrote (weights, optimizer, rng) and serves its
+        weights as a new policy version; training, when it goes on, goes on from there.
+        `path` is a checkpoint directory, or its step (``12``, ``step-12``). The step
+        counter and the ledger of consumed episodes are kept: episodes trained after the
+        checkpoint are not trained again. Returns (policy version, the checkpoint's step)."""
+        assert self.group is not None
+        root = checkpoint.checkpoint_root(self.data_dir, self.name) if self.data_dir else None
+        step = checkpoint.by_step(root, str(path)) if root is not None else None
+        resolved = checkpoint.resolve(step or path, self.name)
+        if root is None or not resolved.resolve().is_relative_to(root.resolve()):
+            # Only what this trainer wrote: a path from a client never picks another file.
+            raise ValueError(f"{path} is not a checkpoint of {self.name!r} under {root}")
+        async with self._lock:
+            state = await asyncio.to_thread(self.group.load, resolved)
+            if state.model != self.name:
+                raise TrainerConfigError(
+                    f"checkpoint {resolved} is of model {state.model!r}, not {self.name!r}")
+            self.policy_version = await self.history.issue(self.policy_version, self.step)
+            await self._push_weights()
+        log.info("trainer_restored", model=self.name, checkpoint=str(resolved),
+                 checkpoint_step=state.step, policy_version=self.policy_version)
+        return self.policy_version, state.step
+
+    def _checkpoint_root(self, why: str) -> Path:
+        """The model's checkpoint folder; refused when the server keeps no data dir."""
+        if self.data_dir is None:
+            raise precondition(Reason.NOT_TRAINABLE,
+                               f"the server keeps no data dir (--data-dir), so it {why}")
+        return checkpoint.checkpoint_root(self.data_dir, self.name)
 
     async def _save_checkpoint_locked(self, *, kept: bool = False) -> Path:
         assert self.data_dir is not None and self.group is not None
@@ -282,30 +307,6 @@ class Trainer:
         self.lapse_holds()
         return bool(self._holds)
 
-    async def restore(self, path: Path) -> tuple[int, int]:
-        """Loads a checkpoint this trainer wrote (weights, optimizer, rng) and serves its
-        weights as a new policy version; training, when it goes on, goes on from there.
-        `path` is a checkpoint directory, or its step (``12``, ``step-12``). The step
-        counter and the ledger of consumed episodes are kept: episodes trained after the
-        checkpoint are not trained again. Returns (policy version, the checkpoint's step)."""
-        assert self.group is not None
-        root = checkpoint.checkpoint_root(self.data_dir, self.name) if self.data_dir else None
-        step = checkpoint.by_step(root, str(path)) if root is not None else None
-        resolved = checkpoint.resolve(step or path, self.name)
-        if root is None or not resolved.resolve().is_relative_to(root.resolve()):
-            # Only what this trainer wrote: a path from a client never picks another file.
-            raise ValueError(f"{path} is not a checkpoint of {self.name!r} under {root}")
-        async with self._lock:
-            state = await asyncio.to_thread(self.group.load, resolved)
-            if state.model != self.name:
-                raise TrainerConfigError(
-                    f"checkpoint {resolved} is of model {state.model!r}, not {self.name!r}")
-            self.policy_version = await self.history.issue(self.policy_version, self.step)
-            await self._push_weights()
-        log.info("trainer_restored", model=self.name, checkpoint=str(resolved),
-                 checkpoint_step=state.step, policy_version=self.policy_version)
-        return self.policy_version, state.step
-
     # -- the loop ----------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -371,48 +372,17 @@ class Trainer:
         return self.batcher.plan(list(self._pending.values()), self.port.active_sessions(),
                                  self.port.open_groups())
 
-    def _rows(self, plan: BatchPlan, dropped: dict[str, list[EpisodeRecord]]
-              ) -> tuple[list[EpisodeRows], list[int], MergeStats]:
-        """The batch's rows, minus episodes too stale (or empty), each counted by reason."""
-        kept: list[EpisodeRows] = []
-        staleness: list[int] = []
-        merged = MergeStats()
-        for group in plan.groups:
-            members: list[tuple[EpisodeRows, int, MergeStats]] = []
-            for record in group.episodes:
-                rows, stats = episode_rows(record, self.name, group.uid,
-                                           self.grammar.choices if self.grammar else None)
-                if rows.num_generated == 0:
-                    dropped.setdefault("no_tokens", []).append(record)
-                    continue
-                if self.history.lost and not self.history.lost.isdisjoint(rows.policy_versions):
-                    if self.config.lost_weights == "drop":
-                        dropped.setdefault("lost_weights", []).append(record)
-                        continue
-                    self.offpolicy_lost += 1  # trained with its true sampling logprobs
-                stale = rows.staleness(self.policy_version)
-                if stale > self.config.max_staleness:
-                    dropped.setdefault("stale", []).append(record)
-                    continue
-                members.append((rows, stale, stats))
-            if len(group.episodes) > 1 and len(members) == 1:
-                # A lone survivor has no group to be compared with: its advantage would be
-                # its raw reward. Drop it rather than train on a biased signal.
-                dropped.setdefault("group_too_small", []).append(
-                    next(r for r in group.episodes if r.episode_id == members[0][0].episode_id))
-                continue
-            for rows, stale, stats in members:
-                kept.append(rows)
-                staleness.append(stale)
-                merged.add(stats)
-        return kept, staleness, merged
-
     async def _train(self, plan: BatchPlan) -> None:
         assert self.group is not None and self.writer is not None
         t0 = time.monotonic()
         wait_s = t0 - self._last_step_end
         dropped: dict[str, list[EpisodeRecord]] = {k: list(v) for k, v in plan.dropped.items()}
-        episodes, staleness, merged = self._rows(plan, dropped)
+        chosen = selection.select(
+            plan, dropped, model=self.name, config=self.config,
+            policy_version=self.policy_version, lost=self.history.lost,
+            choices=self.grammar.choices if self.grammar else None)
+        self.offpolicy_lost += chosen.offpolicy
+        episodes, staleness, merged = chosen.rows, chosen.staleness, chosen.merged
         if episodes and self.config.packing:  # the batch's packing ratio, for the metrics
             plan_packing([r for e in episodes for r in e.rows], self.group.shape,
                          stats=merged)

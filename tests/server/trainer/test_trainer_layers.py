@@ -14,8 +14,8 @@ T = "swarmrl_server.trainer."
 TRAINER_LAYERS: list[tuple[str, ...]] = [
     ("trainer",),  # the loop: batches, drops, steps, pushes weights, checkpoints
     ("workers", "distributed"),  # worker groups: in-process, and one FSDP2 worker
-    ("step", "setup", "breakdown", "sft"),  # one step; where the model is built
-    ("algorithms", "device", "lora", "batching", "history", "checkpoint"),
+    ("selection", "step", "setup", "breakdown", "sft"),  # one step and its episodes; the model
+    ("algorithms", "device", "lora", "batching", "history", "checkpoint", "holds"),
     ("config",),  # the options, validated with what lies below only
     ("choices", "port"),  # the names options may take; what a trainer sees of the server
 ]
