@@ -1,5 +1,6 @@
-"""What the environment examples' tests read back from a run: its episodes through the SDK,
-its rollout records. (Its store: tests/store_support.py.)"""
+"""What the environment tests share: what a run's tests read back (its episodes through
+the SDK, its rollout records; its store: tests/store_support.py), and `Scripted`, an
+environment whose rollouts a test scripts."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import swarmrl
+from swarmrl.envs import Environment, Item, Outcome, Rollout, Split
 from tests.helpers import REPO, ServerProcess
 
 
@@ -56,3 +59,28 @@ def train_attached(out: Path, model_cache: Path, args: list[str], *,
         server.stop()
     assert proc.returncode == 0, proc.stderr[-3000:]
     return server.log_path
+
+
+class Scripted(Environment):
+    """Items t0..tN-1 (train), v0..v3 (val), e0..e1 (test); `act(rollout)` decides each
+    rollout after its first model call (return an Outcome, raise, or wait)."""
+
+    name = "scripted"
+
+    def __init__(self, act: Any = None, *, n_train: int = 4) -> None:
+        self.act = act
+        self.n_train = n_train
+        self.episodes: list[str] = []
+
+    def items(self, split: Split) -> list[Item]:
+        n, prefix = {"train": (self.n_train, "t"), "val": (4, "v"), "test": (2, "e")}[split]
+        return [Item(f"{prefix}{i}", {"split": split, "i": i}) for i in range(n)]
+
+    async def play(self, rollout: Rollout) -> Outcome:
+        self.episodes.append(rollout.episode.id)
+        c = await rollout.chat([{"role": "user", "content": "hi"}], max_tokens=2)
+        if self.act is not None:
+            result = await self.act(rollout)
+            if result is not None:
+                return result  # type: ignore[no-any-return]
+        return Outcome(reward=float(len(c.completion_ids)), success=True)

@@ -16,7 +16,6 @@ import pytest
 import swarmrl
 from swarmrl._errors import DeadlineExceededError, UnavailableError
 from swarmrl.envs import (
-    Environment,
     Item,
     Outcome,
     PolicyError,
@@ -27,31 +26,7 @@ from swarmrl.envs import (
     RunStopped,
     Split,
 )
-
-
-class Scripted(Environment):
-    """Items t0..tN-1 (train), v0..v3 (val), e0..e1 (test); `act(rollout)` decides each
-    rollout after its first model call (return an Outcome, raise, or wait)."""
-
-    name = "scripted"
-
-    def __init__(self, act: Any = None, *, n_train: int = 4) -> None:
-        self.act = act
-        self.n_train = n_train
-        self.episodes: list[str] = []
-
-    def items(self, split: Split) -> list[Item]:
-        n, prefix = {"train": (self.n_train, "t"), "val": (4, "v"), "test": (2, "e")}[split]
-        return [Item(f"{prefix}{i}", {"split": split, "i": i}) for i in range(n)]
-
-    async def play(self, rollout: Rollout) -> Outcome:
-        self.episodes.append(rollout.episode.id)
-        c = await rollout.chat([{"role": "user", "content": "hi"}], max_tokens=2)
-        if self.act is not None:
-            result = await self.act(rollout)
-            if result is not None:
-                return result  # type: ignore[no-any-return]
-        return Outcome(reward=float(len(c.completion_ids)), success=True)
+from tests.envs_support import Scripted
 
 
 def _config(**changes: Any) -> RunnerConfig:

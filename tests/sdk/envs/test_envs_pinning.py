@@ -12,7 +12,7 @@ import pytest
 
 import swarmrl
 from swarmrl.envs import Runner, RunnerConfig
-from tests.sdk.envs.test_envs_failures import Scripted
+from tests.envs_support import Scripted
 from tests.server_fixtures import ServerFactory
 
 TRAIN = {"batch_rule": "groups", "group_size": "2", "batch_size": "1", "progress": "false",
