@@ -64,19 +64,28 @@ async def taken_in(trainer: Any, ids: set[str]) -> None:
     await assert_eventually(taken, 30)
 
 
+async def two_ended_one_open(client: swarmrl.AsyncSwarmClient, trainer: Any,
+                             store: Any) -> list[Any]:
+    """A group of 3 whose first two episodes end, one RPC at a time, with the trainer
+    planning over each as it comes in: asserts nothing of the group was trained or made
+    ready (the seal). Returns the group's episodes, the last still open."""
+    first, second, last = await start_group(client, "g", 3)
+    await first.end(1.0)
+    await second.end(0.0)
+    await taken_in(trainer, {first.id, second.id})
+    # With partial_groups=train and batch_size=1, each ended episode is a batch,
+    # unless the group is sealed by the one still open.
+    assert await store.consumed_episodes(MODEL) == {}, "the group was split"
+    assert trainer.batcher.ready_episodes == 0 and trainer.step == 0
+    return [first, second, last]
+
+
 async def test_a_group_ended_one_rpc_at_a_time_trains_whole(make_server: ServerFactory) -> None:
     running = await make_server(train=TRAIN)
     trainer = running.swarm.models[MODEL].trainer
     store = running.swarm.store
     async with swarmrl.AsyncSwarmClient(running.grpc_target) as client:
-        first, second, last = await start_group(client, "g", 3)
-        await first.end(1.0)
-        await second.end(0.0)
-        await taken_in(trainer, {first.id, second.id})
-        # With partial_groups=train and batch_size=1, each ended episode is a batch,
-        # unless the group is sealed by the one still open.
-        assert await store.consumed_episodes(MODEL) == {}, "the group was split"
-        assert trainer.batcher.ready_episodes == 0 and trainer.step == 0
+        first, second, last = await two_ended_one_open(client, trainer, store)
         await last.end(1.0)
         await wait_for_step(trainer, 1)
         assert await store.consumed_episodes(MODEL) == {first.id: 1, second.id: 1, last.id: 1}
@@ -88,12 +97,7 @@ async def test_a_group_whose_last_open_episode_is_aborted_trains_what_ended(
     trainer = running.swarm.models[MODEL].trainer
     store = running.swarm.store
     async with swarmrl.AsyncSwarmClient(running.grpc_target) as client:
-        first, second, last = await start_group(client, "g", 3)
-        await first.end(1.0)
-        await second.end(0.0)
-        await taken_in(trainer, {first.id, second.id})
-        assert await store.consumed_episodes(MODEL) == {}, "the group was split"
-        assert trainer.batcher.ready_episodes == 0 and trainer.step == 0
+        first, second, last = await two_ended_one_open(client, trainer, store)
         await last.abort("the environment failed")
         await wait_for_step(trainer, 1)  # the loop's next poll plans it: nothing is open
         assert await store.consumed_episodes(MODEL) == {first.id: 1, second.id: 1}
@@ -107,10 +111,6 @@ async def test_a_group_whose_client_went_away_trains_once_its_session_ends(
     trainer = running.swarm.models[MODEL].trainer
     store = running.swarm.store
     async with swarmrl.AsyncSwarmClient(running.grpc_target) as client:
-        first, second, _ = await start_group(client, "g", 3)
-        await first.end(1.0)
-        await second.end(0.0)
-        await taken_in(trainer, {first.id, second.id})
-        assert await store.consumed_episodes(MODEL) == {}, "the group was split"
+        first, second, _ = await two_ended_one_open(client, trainer, store)
     await wait_for_step(trainer, 1)  # the session closed with the client: its episode aborted
     assert await store.consumed_episodes(MODEL) == {first.id: 1, second.id: 1}
