@@ -19,7 +19,10 @@ template shows no tools, so the instructions list them. Reward: 0.25 for the rig
 
 **Splits** from disjoint seeds: test ``TEST_SEED``, val ``VAL_SEED`` (without test's
 questions), train endless from ``TRAIN_SEED + seed`` (the runner skips a held-out
-question, checked on content: the question's text).
+question, checked on content: the question's text). ``test_seed=S`` (an env arg,
+recorded in ``describe()``'s seeds) draws a fresh test set from ``S``, without val's
+questions and without the earlier test set's (which chose configurations before); val
+stays as it was, computed against the earlier test set. The default is ``TEST_SEED``.
 """
 
 from __future__ import annotations
@@ -134,17 +137,18 @@ class ForcedTools(Environment):
     name = "forced-tools"
 
     def __init__(self, tasks: str = "add,price,convert", val_size: int = 30,
-                 test_size: int = 60, seed: int = 0, max_tokens: int = 96) -> None:
+                 test_size: int = 60, seed: int = 0, max_tokens: int = 96,
+                 test_seed: int = TEST_SEED) -> None:
         self.tasks = tasks.split(",")
         if unknown := set(self.tasks) - set(TOOLS):
             raise ValueError(f"tasks: unknown {sorted(unknown)} (known: {', '.join(TOOLS)})")
         self.sizes = {"val": val_size, "test": test_size}
-        self.seed, self.max_tokens = seed, max_tokens
+        self.seed, self.max_tokens, self.test_seed = seed, max_tokens, test_seed
         set_tracing_disabled(True)  # traces would go to api.openai.com
 
     def describe(self) -> dict[str, Any]:
         return {"tasks": self.tasks, "sizes": self.sizes, "seed": self.seed, "seeds": [
-            TEST_SEED, VAL_SEED, TRAIN_SEED], "max_tokens": self.max_tokens,
+            self.test_seed, VAL_SEED, TRAIN_SEED], "max_tokens": self.max_tokens,
             "instructions": self._instructions()}
 
     def _instructions(self) -> str:
@@ -164,11 +168,15 @@ class ForcedTools(Environment):
     def items(self, split: Split) -> list[Item] | Iterator[Item]:
         if split == "train":
             return self._stream(split, TRAIN_SEED + self.seed)
-        test = self._held_out("test", TEST_SEED, self.sizes["test"], set())
-        if split == "test":
-            return test
-        return self._held_out("val", VAL_SEED, self.sizes["val"],
-                              {str(i.content) for i in test})
+        earlier = self._held_out("test", TEST_SEED, self.sizes["test"], set())
+        if split == "test" and self.test_seed == TEST_SEED:
+            return earlier
+        taken = {str(i.content) for i in earlier}
+        val = self._held_out("val", VAL_SEED, self.sizes["val"], taken)
+        if split == "val":
+            return val
+        return self._held_out("test", self.test_seed, self.sizes["test"],
+                              taken | {str(i.content) for i in val})
 
     async def play(self, rollout: Rollout) -> Outcome:
         q, s = rollout.item.data, rollout.sampling

@@ -16,10 +16,17 @@ is a score of 1.0 (the scorer gives partial credit to near misses).
 ``random.Random(s + i)``, so datasets with nearby seeds share problems (seed 2's first
 problem is seed 1's second). The splits therefore take disjoint ranges of generator
 seeds: test ``TEST_SEED + [0, test_size)`` (the held-out set of the earlier runs), val
-``VAL_SEED`` onwards (the first ``val_size`` per task that are not test questions), and train ``1 + TRAIN_SEED_STRIDE * seed`` onwards, in
-chunks of 256, without end. An item's content is its question, so the runner also skips
-a training problem whose question happens to equal a val or test question (small
-question spaces, like level 1's sums, repeat questions under different seeds).
+``VAL_SEED`` onwards (the first ``val_size`` per task that are not test questions), and
+train ``1 + TRAIN_SEED_STRIDE * seed`` onwards, in chunks of 256, without end. An item's
+content is its question, so the runner also skips a training problem whose question
+happens to equal a val or test question (small question spaces, like level 1's sums,
+repeat questions under different seeds).
+
+**A fresh test set**: ``test_seed=S`` (an env arg, recorded in ``describe()``) draws test
+from ``S`` onwards instead, the first ``test_size`` per task whose question is neither a
+val question nor one of the earlier test set's (those chose configurations before). Val
+stays as it was, computed against the earlier test set, so val is the same whatever the
+test seed; the default ``TEST_SEED`` gives the earlier test set itself.
 """
 
 from __future__ import annotations
@@ -87,12 +94,12 @@ class ReasoningGym(Environment):
 
     def __init__(self, level: int = 2, mix: str = "basic_arithmetic:1,chain_sum:1,leg_counting:1",
                  val_size: int = 30, test_size: int = 60, seed: int = 0,
-                 max_tokens: int = 24) -> None:
+                 max_tokens: int = 24, test_seed: int = TEST_SEED) -> None:
         if level not in (1, 2, 3):
             raise ValueError(f"level must be 1, 2 or 3, got {level}")
         self.level, self.mix = level, parse_mix(mix)
         self.sizes = {"val": val_size, "test": test_size}
-        self.seed, self.max_tokens = seed, max_tokens
+        self.seed, self.max_tokens, self.test_seed = seed, max_tokens, test_seed
         self.scorers = {t: self._dataset(t, 0, 1) for t in self.mix}
 
     def _dataset(self, task: str, seed: int, size: int) -> Any:
@@ -102,7 +109,7 @@ class ReasoningGym(Environment):
     def describe(self) -> dict[str, Any]:
         return {"level": self.level, "mix": self.mix, "sizes": self.sizes, "seed": self.seed,
                 "tasks": {t: TASKS[t][self.level] for t in self.mix}, "prompt": PROMPT,
-                "val_seed": VAL_SEED, "test_seed": TEST_SEED, "max_tokens": self.max_tokens}
+                "val_seed": VAL_SEED, "test_seed": self.test_seed, "max_tokens": self.max_tokens}
 
     def _item(self, task: str, seed: int, index: int, entry: dict[str, Any]) -> Item:
         return Item(f"{task}/{seed}/{index}", entry, task=task, content=entry["question"])
@@ -110,20 +117,32 @@ class ReasoningGym(Environment):
     def items(self, split: Split) -> list[Item] | Iterator[Item]:
         if split == "train":
             return self._train()
-        test = [self._item(t, TEST_SEED, i, e) for t in self.mix
-                for i, e in enumerate(self._dataset(t, TEST_SEED, self.sizes["test"]))]
-        if split == "test":
-            return test
+        earlier = self._draw(TEST_SEED, "test", set())
+        if split == "test" and self.test_seed == TEST_SEED:
+            return earlier
         # val leaves out questions that are also test questions (small question spaces,
         # like level 1's sums, repeat questions under different seeds).
-        taken = {item.content for item in test}
-        val = []
+        taken = {str(item.content) for item in earlier}
+        val = self._draw(VAL_SEED, "val", taken)
+        if split == "val":
+            return val
+        return self._draw(self.test_seed, "test", taken | {str(i.content) for i in val},
+                          exact=True)
+
+    def _draw(self, seed: int, split: str, taken: set[str], exact: bool = False) -> list[Item]:
+        """Per task, the first ``sizes[split]`` problems from ``seed`` on whose question is
+        not `taken` (the earlier test set as drawn before: nothing taken, no more drawn);
+        `exact`: refuse a split that comes out short."""
+        size, out = self.sizes[split], []
         for t in self.mix:
-            fresh = [self._item(t, VAL_SEED, i, e) for i, e in
-                     enumerate(self._dataset(t, VAL_SEED, 4 * self.sizes["val"]))
-                     if e["question"] not in taken]
-            val += fresh[:self.sizes["val"]]
-        return val
+            drawn = self._dataset(t, seed, 4 * size if taken else size)
+            fresh = [self._item(t, seed, i, e) for i, e in enumerate(drawn)
+                     if e["question"] not in taken][:size]
+            if exact and len(fresh) < size:
+                raise ValueError(f"test_seed={seed}: only {len(fresh)} of {4 * size} {t} "
+                                 f"problems are new; {size} are needed")
+            out += fresh
+        return out
 
     def _train(self) -> Iterator[Item]:
         """Endless: tasks in mix proportion, each from consecutive chunks of generator seeds

@@ -13,6 +13,10 @@ from seeds ``1..train_games``, val from ``VAL_SEED_BASE + 1..``, test from
 into ``games_dir`` and reused; a game is compiled in a directory of its own and then
 renamed into place, so runs sharing ``games_dir`` never read half a game. An item's content is its game file's bytes, so a game
 compiled twice under different seeds is still caught by the runner's split check.
+``test_seed_base=B`` (an env arg, recorded in ``describe()``) makes a fresh test set from
+``B + 1..`` instead, leaving out any game whose file is a val game's or one of the
+earlier test set's (those chose configurations before); val stays as it was. The default
+``TEST_SEED_BASE`` gives the earlier test set itself.
 
 **Playing.** `examples.textworld.agent.play` (an ordinary ``openai`` client program,
 multi-turn, up to ``max_steps`` commands) with a client bound to the rollout's episode:
@@ -95,7 +99,8 @@ class TextWorld(Environment):
     def __init__(self, level: int = 2, train_games: int = 64, val_games: int = 20,
                  test_games: int = 40, max_steps: int = 4, choice: str = "text",
                  format_reward: float = 0.0, progress_reward: float = 0.5,
-                 max_tokens: int = 12, games_dir: str = "runs/textworld-games") -> None:
+                 max_tokens: int = 12, games_dir: str = "runs/textworld-games",
+                 test_seed_base: int = TEST_SEED_BASE) -> None:
         if level not in LEVELS or choice not in CHOICES:
             raise ValueError(f"level must be one of {sorted(LEVELS)}, choice one of "
                              f"{sorted(CHOICES)}")
@@ -104,18 +109,43 @@ class TextWorld(Environment):
         self.max_tokens = max_tokens
         self.counts = {"train": train_games, "val": val_games, "test": test_games}
         self.games_dir = Path(games_dir)
+        self.test_seed_base = test_seed_base
 
     def describe(self) -> dict[str, Any]:
         return {"level": self.level, "game_options": LEVELS[self.level], "counts": self.counts,
                 "max_steps": self.max_steps, "choice": self.choice,
                 "format_reward": self.format_reward, "progress_reward": self.progress_reward,
                 "max_tokens": self.max_tokens, "val_seed_base": VAL_SEED_BASE,
-                "test_seed_base": TEST_SEED_BASE}
+                "test_seed_base": self.test_seed_base}
 
     def items(self, split: Split) -> list[Item]:
+        if split == "test" and self.test_seed_base != TEST_SEED_BASE:
+            return self._fresh_test()
         base = {"train": 0, "val": VAL_SEED_BASE, "test": TEST_SEED_BASE}[split]
-        seeds = [base + i for i in range(1, self.counts[split] + 1)]
+        return self._games(base, 1, self.counts[split])
+
+    def _games(self, base: int, first: int, n: int) -> list[Item]:
+        seeds = [base + i for i in range(first, first + n)]
         return [game_item(g, self.level) for g in make_games(self.level, seeds, self.games_dir)]
+
+    def _fresh_test(self) -> list[Item]:
+        """``test_games`` games from ``test_seed_base + 1`` on, none of them a val game or
+        a game of the earlier test set (by file content); at most 4x as many made."""
+        taken = {str(i.content) for split in ("val", "test")
+                 for i in self._games({"val": VAL_SEED_BASE, "test": TEST_SEED_BASE}[split],
+                                      1, self.counts[split])}
+        n, out, first = self.counts["test"], [], 1
+        while len(out) < n and first <= 4 * n:
+            batch = self._games(self.test_seed_base, first, n - len(out))
+            for item in batch:
+                if item.content not in taken:
+                    out.append(item)
+                    taken.add(str(item.content))
+            first += len(batch)
+        if len(out) < n:
+            raise ValueError(f"test_seed_base={self.test_seed_base}: only {len(out)} of "
+                             f"{4 * n} games are new; {n} are needed")
+        return out
 
     def play_game(self, game: str, client: OpenAI, model: str, temperature: float,
                   max_tokens: int | None) -> Result:
