@@ -46,7 +46,8 @@ def build_parser(prog: str = "swarmrl serve") -> argparse.ArgumentParser:
                         "running vLLM server instead of launching one (repeatable)")
     p.add_argument("--vllm-python", type=Path,
                    help="python of the venv with vLLM for launched servers "
-                        "(default: $SWARMRL_VLLM_PYTHON or ./.venv-vllm/bin/python)")
+                        "(default: $SWARMRL_VLLM_PYTHON, else .venv-vllm/bin/python beside "
+                        "the swarmrl checkout, else ./.venv-vllm/bin/python)")
     # -- network
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
     p.add_argument("--port", type=int, default=50051, help="gRPC port, 0 = any free port")

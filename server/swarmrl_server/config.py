@@ -136,4 +136,5 @@ class ServerConfig:
     """Engine replicas per model (with ray), behind a sticky router."""
     vllm_python: Path | None = None
     """Python of the venv holding vLLM, for launched vLLM servers (default:
-    $SWARMRL_VLLM_PYTHON, else .venv-vllm/bin/python in the working directory)."""
+    $SWARMRL_VLLM_PYTHON, else .venv-vllm/bin/python beside the checkout swarmrl was
+    installed from, else in the working directory: `swarmrl.vllm_venv`)."""

@@ -338,11 +338,16 @@ def _context(model_dir: Path) -> int:
 
 
 def default_vllm_python() -> Path:
-    """$SWARMRL_VLLM_PYTHON, else .venv-vllm/bin/python under the working directory."""
-    env = os.environ.get("SWARMRL_VLLM_PYTHON")
-    if env:
-        return Path(env)
-    return Path.cwd() / ".venv-vllm" / "bin" / "python"
+    """The python of vLLM's venv when none is given: $SWARMRL_VLLM_PYTHON, else
+    .venv-vllm/bin/python beside the checkout swarmrl was installed from, else under the
+    working directory (`swarmrl.vllm_venv`, the rule the SDK's run cards share). None
+    there: VLLMServerError naming every place looked, before anything is launched."""
+    from swarmrl.vllm_venv import VllmPythonNotFound, vllm_python
+
+    try:
+        return vllm_python()
+    except VllmPythonNotFound as err:
+        raise VLLMServerError(str(err)) from None
 
 
 __all__ = ["LaunchedServer", "VLLMServer", "VLLMServerError", "default_vllm_python"]
