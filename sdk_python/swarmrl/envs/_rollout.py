@@ -58,7 +58,7 @@ from swarmrl.envs._roles import group_id_for, resolve
 if TYPE_CHECKING:
     from swarmrl._client import AsyncSwarmClient
     from swarmrl._episode import AsyncEpisode
-    from swarmrl.envs._runner import RunnerConfig
+    from swarmrl.envs._runner_config import RunnerConfig
 
 __all__ = ["CLEANUP_S", "Played", "Player", "abort"]
 
