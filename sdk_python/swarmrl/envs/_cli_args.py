@@ -171,7 +171,7 @@ def parser(command: str) -> argparse.ArgumentParser:
                                 "(default: %(default)s)")
         evals.add_argument("--limit", type=int, metavar="N",
                            help="evaluate only the first N items")
-        evals.add_argument("--checkpoint", type=Path, metavar="STEP|PATH",
+        evals.add_argument("--checkpoint", type=Path, metavar="CHECKPOINT",
                            help="evaluate this checkpoint (a step-N folder a training server "
                                 "wrote, as SaveCheckpoint and train cards name it), served "
                                 "again as a pinned version: restored on the --target server "
