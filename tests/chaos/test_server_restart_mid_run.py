@@ -99,3 +99,66 @@ def test_a_server_restarted_mid_run_costs_the_rollouts_in_flight_not_the_run(
     assert all(s in ("ended", "aborted") for s in states.values())
     print(f"\nserver restart mid-run: {before_restart} training rollouts before the kill, "
           f"{len(rows)} in all; train {card['train']}")
+
+
+SLOW_VAL_ENV = ENV.replace("class Words(Environment):", '''import asyncio
+
+class Words(Environment):''').replace(
+    '        c = await rollout.chat(', '''        if rollout.split == "val":
+            await asyncio.sleep(1.0)  # an evaluation long enough to be caught in
+        c = await rollout.chat(''')
+
+
+def test_a_server_restarted_during_a_pinned_evaluation_plays_it_again(
+        tmp_path: Path, model_cache: Path) -> None:
+    """The server is SIGKILLed while the run holds it for a val evaluation after some
+    training, and started again: the hold (in the server's memory) is gone, so what the
+    evaluation played is not a figure of its pinned version. The run plays that
+    evaluation again under a fresh hold (`PinLost`, its card says so), then ends with a
+    card and a test evaluation, and leaves no episode open and no hold."""
+    args = ["--model", "tiny", "--train", "--default-max-tokens", "4"]
+    for k, v in TRAIN.items():
+        args += ["--train-option", f"{k}={v}"]
+    server = ServerProcess(data_dir=tmp_path / "data", cache_dir=model_cache, extra=args).start()
+    env_file = tmp_path / "words_env.py"
+    env_file.write_text(SLOW_VAL_ENV)
+    out = tmp_path / "run"
+    log_path = tmp_path / "train.log"
+    log = open(log_path, "w")  # noqa: SIM115 (the child's, closed below)
+    train = subprocess.Popen(
+        [sys.executable, "-m", "swarmrl", "train", f"{env_file}:Words", "--target",
+         server.target, "--group-size", "2", "--groups", str(GROUPS), "--eval-every", "2",
+         "--max-tokens", "3", "--no-progress", "--out", str(out)],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with swarmrl.SwarmClient(server.target) as client:
+            def evaluating_after_training() -> bool:
+                assert train.poll() is None, log_path.read_text()[-4000:]
+                status = client.status()
+                if not status.holds or status.models[0].policy_version < 2:
+                    return False
+                card = json.loads((out / "card.json").read_text())  # replaced atomically
+                return "test_started" not in card  # a val evaluation, not the test's hold
+
+            wait_until(evaluating_after_training, timeout=300,
+                       what="a pinned val evaluation after two training steps")
+        server.kill()
+        server.start()
+        assert train.wait(timeout=600) == 0, log_path.read_text()[-4000:]
+    finally:
+        if train.poll() is None:
+            train.kill()
+            train.wait()
+        log.close()
+    try:
+        card = json.loads((out / "card.json").read_text())
+        with swarmrl.SwarmClient(server.target) as client:
+            status = client.status()
+    finally:
+        server.stop()
+    replayed = [e for e in card["evals"] if e.get("replayed_after")]
+    assert len(replayed) == 1, [e["name"] for e in card["evals"]]
+    assert "the server restarted during a pinned block" in replayed[0]["replayed_after"][0]
+    assert replayed[0]["figures"]["policy_versions"] == [replayed[0]["pinned_version"]]
+    assert card["test"]["figures"]["n"] == 3 and not card["test"].get("interrupted")
+    assert status.open_episodes == 0 and status.holds == []

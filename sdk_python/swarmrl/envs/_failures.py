@@ -38,7 +38,8 @@ from swarmrl._errors import (
 if TYPE_CHECKING:
     from swarmrl.envs._api import Item
 
-__all__ = ["KINDS", "FailureKind", "PolicyError", "RunStopped", "classify", "is_fatal"]
+__all__ = ["KINDS", "FailureKind", "PinLost", "PolicyError", "RunStopped", "classify",
+           "is_fatal"]
 
 FailureKind = Literal["timeout", "policy", "environment", "server"]
 KINDS: tuple[FailureKind, ...] = ("timeout", "policy", "environment", "server")
@@ -90,6 +91,15 @@ class RunStopped(RuntimeError):
         detail = f"{type(cause).__name__}: {cause}"
         super().__init__(f"run stopped{f' ({why})' if why else ''}: item {item.id!r} of "
                          f"{split}: {detail}")
+
+
+class PinLost(RuntimeError):
+    """The server restarted while a `Runner.pinned` block held its training: holds live in
+    the server's memory, so the hold and the version it pinned were lost, and a step may
+    have landed (or the restarted server serves its checkpoint under a new version). What
+    the block measured is not a figure of one version. ``swarmrl train`` plays a val
+    evaluation so cut again, under a fresh hold, and records a test so cut as interrupted
+    (test is played once per run)."""
 
 
 def classify(exc: BaseException, *, timed_out: bool = False) -> FailureKind:

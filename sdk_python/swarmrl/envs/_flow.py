@@ -48,7 +48,12 @@ from swarmrl._errors import (
 )
 from swarmrl.envs._api import Split
 from swarmrl.envs._card import split_digest
+from swarmrl.envs._failures import PinLost
+from swarmrl.envs._rollout import cleanup
 from swarmrl.envs._runner import Runner, TrainReport
+
+PIN_REPLAYS = 2
+"""How many times a val evaluation a server restart cut (`PinLost`) is played again."""
 
 __all__ = ["Budget", "EmptySplit", "evaluate_once", "merge_totals", "prune_checkpoints",
            "train_and_test"]
@@ -196,11 +201,28 @@ async def evaluate_once(runner: Runner, name: str | None, split: Split, *,
     `name` None names it after the version it pinned ("v12"). `train_seconds`, the
     training wall time so far (evaluations excluded), is recorded with it: what a learning
     curve over wall-clock minutes is drawn against."""
-    async with runner.pinned(f"{split} evaluation {name or ''}") as version:
-        name = name or f"v{version}"
-        report = await runner.evaluate(split, k=k, limit=limit)
-        paths, why = await _checkpoint(runner) if checkpoint else ({}, "")
-        pins = runner.pins
+    replayed: list[str] = []
+    orphans: list[tuple[str, str]] = []
+    while True:
+        paths: dict[str, str] = {}
+        try:
+            async with runner.pinned(f"{split} evaluation {name or ''}") as version:
+                report = await runner.evaluate(split, k=k, limit=limit)
+                paths, why = await _checkpoint(runner) if checkpoint else ({}, "")
+                pins = runner.pins
+        except PinLost as lost:
+            # A val evaluation a server restart cut is played again under a fresh hold (a
+            # bounded number of times); test is played once (`_test_once` records it cut).
+            orphans += paths.items()  # saved on the restarted server: not the pin's weights
+            if split == "test" or len(replayed) == PIN_REPLAYS:
+                raise
+            replayed.append(str(lost))
+            print(f"[{name or split}] played again: {lost}", flush=True)
+            continue
+        break
+    for model, path in orphans:  # older than the replay's own now (the newest is kept)
+        await cleanup(runner.client.delete_checkpoint(path, model or None))
+    name = name or f"v{version}"
     print(f"[{name}] {report}", flush=True)
     record = {"name": name, "split": split, "pinned_version": version,
               "figures": report.as_dict(), "checkpoint": next(iter(paths.values()), None)}
@@ -212,6 +234,8 @@ async def evaluate_once(runner: Runner, name: str | None, split: Split, *,
         record["train_seconds"] = round(train_seconds, 1)
     if why:
         record["no_checkpoint"] = why
+    if replayed:
+        record["replayed_after"] = replayed
     return record
 
 
@@ -282,29 +306,34 @@ async def _test_once(runner: Runner, card: dict[str, Any], evals: list[dict[str,
         save()
         return
     # One hold from the restore to the end of the test: no step lands in between.
-    async with runner.pinned("test on the selected checkpoint") as version:
-        best = best_by_val(evals)
-        if best is not None:
-            card["selected"] = {
-                "name": best["name"], "pinned_version": best["pinned_version"],
-                "checkpoint": best["checkpoint"], "val_figures": best["figures"],
-                "by": "val success rate (else mean reward); ties: the earlier version"}
-            if best["pinned_version"] != version or best.get(
-                    "pinned_versions", runner.pins) != runner.pins:
-                try:
-                    for i, (model, path) in enumerate(_checkpoints(best).items()):
-                        restored = await runner.restore(path, model or None)
-                        version = restored if i == 0 else version
-                except (InvalidArgumentError, FailedPreconditionError) as err:
-                    card["selected"]["restore_failed"] = str(err)
-                    save()
-                    raise
-                card["selected"]["restored_as_version"] = version
-        else:
-            card["selected"] = {"name": "current", "pinned_version": version,
-                                "why": "no val checkpoint to choose from"}
-        card["test_started"] = {"name": "test", "split": "test", "pinned_version": version,
-                                "started": time.time()}
-        save()  # before the first test rollout: a resumed run never plays test again
-        card["test"] = await evaluate_once(runner, "test", "test")
+    try:
+        async with runner.pinned("test on the selected checkpoint") as version:
+            best = best_by_val(evals)
+            if best is not None:
+                card["selected"] = {
+                    "name": best["name"], "pinned_version": best["pinned_version"],
+                    "checkpoint": best["checkpoint"], "val_figures": best["figures"],
+                    "by": "val success rate (else mean reward); ties: the earlier version"}
+                if best["pinned_version"] != version or best.get(
+                        "pinned_versions", runner.pins) != runner.pins:
+                    try:
+                        for i, (model, path) in enumerate(_checkpoints(best).items()):
+                            restored = await runner.restore(path, model or None)
+                            version = restored if i == 0 else version
+                    except (InvalidArgumentError, FailedPreconditionError) as err:
+                        card["selected"]["restore_failed"] = str(err)
+                        save()
+                        raise
+                    card["selected"]["restored_as_version"] = version
+            else:
+                card["selected"] = {"name": "current", "pinned_version": version,
+                                    "why": "no val checkpoint to choose from"}
+            card["test_started"] = {"name": "test", "split": "test", "pinned_version": version,
+                                    "started": time.time()}
+            save()  # before the first test rollout: a resumed run never plays test again
+            card["test"] = await evaluate_once(runner, "test", "test")
+    except PinLost as lost:  # the server restarted during the test: its pin was lost
+        card["test"] = {**card.get("test_started", {}), "interrupted": True,
+                        "why": f"{lost}; test is played once per run, so it was not played "
+                               "again (the rollouts it finished are in rollouts.jsonl)"}
     save()

@@ -33,7 +33,8 @@ splits' in `swarmrl.envs._splits`, the kinds of failure in `swarmrl.envs._failur
   failed for good is in the denominator, not solved.
 - **A training hold belongs to its holder.** With `RunnerConfig.holder` set, a runner
   releases that holder's earlier hold when it starts (a resumed run never stacks a
-  second one) and holds under that id.
+  second one) and holds under that id. A pin a server restart lost is never a figure
+  (`PinLost`).
 - **Groups match the trainer's.** `train` refuses a ``group_size`` other than the one the
   server's trainer groups by (`ModelInfo.group_size`, when the server reports one), for
   every model the run trains.
@@ -75,7 +76,7 @@ from swarmrl._errors import (
     UnavailableError,
 )
 from swarmrl.envs._api import Environment, HttpPools, Item, Split
-from swarmrl.envs._failures import PolicyError, RunStopped
+from swarmrl.envs._failures import PinLost, PolicyError, RunStopped
 from swarmrl.envs._progress import Progress
 from swarmrl.envs._report import EvalReport, RolloutRecord, TrainReport
 from swarmrl.envs._roles import check_roles
@@ -137,6 +138,8 @@ class Runner:
         check_roles(env.roles, self.config.roles)
         self._pins: dict[str, int] = {}
         """Each model a `pinned()` block holds, and its version (empty when none)."""
+        self._instance = ""
+        """The server instance the current `pinned()` block holds on."""
         self._group_size_checked = False
 
     async def __aenter__(self) -> Runner:
@@ -336,13 +339,17 @@ class Runner:
         inside play those versions, and a checkpoint saved inside holds their weights. A
         model nothing trains is pinned by construction. Holding needs an admin key on a
         server with keys. The holds are the client session's lease: a runner that dies
-        leaves them to lapse."""
+        leaves them to lapse. A server that restarts during the block loses them (they
+        live in its memory): the block then ends with `PinLost`, as does an evaluation
+        in it that saw other versions."""
         if self._pins:  # nested: the outer hold covers it
             yield next(iter(self._pins.values()))
             return
         holder = self.config.holder or f"swarmrl-runner-{uuid.uuid4().hex[:8]}"
         held: list[str] = []
         pins: dict[str, int] = {}
+        # Holds live in the server's memory: a restart during the block loses them (PinLost).
+        self._instance = (await self.client.status()).server_instance
         try:
             for model in self.config.played_models(self.env):
                 try:
@@ -355,10 +362,18 @@ class Runner:
                     pins[state.model] = state.policy_version
             self._pins = pins
             yield next(iter(pins.values()))
+            await self._check_pin()
         finally:
             self._pins = {}
             for model in held:
                 await cleanup(self.client.release_training(model, holder=holder))
+
+    async def _check_pin(self, detail: str = "") -> None:
+        """Raises `PinLost` when the server is not the one the current pin held on."""
+        now = (await self.client.status()).server_instance
+        if now != self._instance:
+            raise PinLost(f"{self.env.label}: the server restarted during a pinned block "
+                          f"(instance {self._instance} -> {now}): its hold was lost{detail}")
 
     @property
     def pins(self) -> dict[str, int]:
@@ -399,10 +414,11 @@ class Runner:
         async with self.pinned(f"evaluating {self.env.label} {split}") as version:
             pins = self.pins
             report = await self._evaluate(split, k, limit, version)
-        stray = _stray(report, pins)
-        if stray:
-            raise RuntimeError(f"{self.env.label} {split}: evaluation pinned to versions "
-                               f"{pins} played {stray}")
+            stray = _stray(report, pins)
+            if stray:  # a restart explains it (PinLost); anything else is a broken pin
+                await self._check_pin(f"; {split} played versions {stray}")
+                raise RuntimeError(f"{self.env.label} {split}: evaluation pinned to versions "
+                                   f"{pins} played {stray}")
         return report
 
     async def _evaluate(self, split: Split, k: int, limit: int | None,
