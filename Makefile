@@ -54,8 +54,8 @@ vllm-venv: $(VLLM_STAMP)
 $(VF_STAMP): constraints-verifiers.txt pyproject.toml
 	$(VF_PYTHON) -m venv $(VF_VENV)
 	$(VF_VENV)/bin/pip install --quiet --upgrade pip
-	# uv: verifiers' bash harness runs its chat program as a uv script (found on PATH; the tests
-	# put this venv's bin first), so it is never pip-installed into ~/.local on first use.
+	# uv: verifiers' harnesses run their chat program as a uv script, found on PATH; the adapter
+	# puts this venv's bin on PATH (swarmrl.envs.verifiers), so verifiers never installs one.
 	$(VF_VENV)/bin/pip install --quiet -c constraints-verifiers.txt verifiers==0.4.0 textworld==1.7.0 uv==0.13.10 -e .
 	# textworld 1.7.0's wheel has a blank line before its Tag header, so pip check reads no
 	# tags and reports it "not supported on this platform"; any other finding fails.

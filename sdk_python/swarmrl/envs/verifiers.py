@@ -69,7 +69,10 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
+import sys
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from swarmrl.envs._api import SPLITS, Environment, Item, Outcome, Rollout, Split
@@ -133,7 +136,21 @@ def load(id_or_config: str | Mapping[str, Any], **args: Any) -> VerifiersEnviron
                          f"swarmrl's are {', '.join(sorted(_OPTIONS))}; verifiers config "
                          "fields are dotted (taskset.KEY, agent.KEY)")
     data = config_data(id_or_config, args)
+    _venv_uv_on_path()
     return VerifiersEnvironment(data, **options)
+
+
+def _venv_uv_on_path() -> None:
+    """Puts this venv's ``bin`` on PATH when it holds a ``uv`` and PATH has none.
+
+    verifiers runs a harness's chat program as a ``uv`` script, found on PATH; without
+    one it installs one (``pip install --user``, else a download from astral.sh), which
+    fails offline and writes to the user's home. ``make verifiers-venv`` installs uv into
+    the venv verifiers runs in, which is on PATH only when the venv is activated."""
+    venv_uv = Path(sys.executable).parent / "uv"
+    if shutil.which("uv") is None and venv_uv.is_file():
+        os.environ["PATH"] = os.pathsep.join([str(venv_uv.parent),
+                                              os.environ.get("PATH", "")])
 
 
 def _content(data: Mapping[str, Any]) -> str:

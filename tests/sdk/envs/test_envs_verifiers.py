@@ -56,10 +56,7 @@ def _verifiers_venv() -> None:
 
 
 def _vf_env(**extra: str) -> dict[str, str]:
-    # The venv's bin first: verifiers' bash harness runs as a `uv` script, and the venv has
-    # its uv (make verifiers-venv), so verifiers never installs one into ~/.local.
-    path = os.pathsep.join([str(VF_PYTHON.parent), os.environ.get("PATH", "")])
-    return {**os.environ, "PATH": path, "PYTHONPATH": str(ENVS), "HF_HUB_OFFLINE": "1",
+    return {**os.environ, "PYTHONPATH": str(ENVS), "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1", **extra}
 
 
