@@ -281,21 +281,22 @@ def test_swarmrl_train_with_roles_starts_one_base_with_an_adapter_per_role(
 async def test_each_role_trains_its_own_adapter_on_one_vllm_server(
         vllm_url: str, make_server: ServerFactory) -> None:
     """The same on a real `vllm serve --enable-lora`: one vLLM server serves both roles'
-    adapters, and each role's calls train its own adapter on its own reward."""
+    adapters, and each role's calls train its own adapter on its own reward. (Names of
+    their own: the session's vLLM server keeps the adapters other tests loaded.)"""
     running = await make_server(
-        models=tuple(ModelSpec(n, "tiny", engine="vllm", urls=(vllm_url,)) for n in "ab"),
+        models=tuple(ModelSpec(n, "tiny", engine="vllm", urls=(vllm_url,)) for n in ("role-a", "role-b")),
         train=TRAIN)
     records: list[Any] = []
     async with swarmrl.AsyncSwarmClient(running.grpc_target) as client:
-        async with Runner(Relay(), client, _config(proposer="a", solver="b"),
+        async with Runner(Relay(), client, _config(proposer="role-a", solver="role-b"),
                           on_record=records.append) as runner:
             assert (await runner.train(groups=2)).groups == 2
     models = running.swarm.models
-    await assert_eventually(lambda: _check(models["a"].trainer.policy_version >= 1
-                                           and models["b"].trainer.policy_version >= 1),
+    await assert_eventually(lambda: _check(models["role-a"].trainer.policy_version >= 1
+                                           and models["role-b"].trainer.policy_version >= 1),
                             timeout=300)
     for r in records:
-        for role, model in (("proposer", "a"), ("solver", "b")):
+        for role, model in (("proposer", "role-a"), ("solver", "role-b")):
             stored = await stored_episode(running, r.role_episodes[role])
             assert stored.reward == r.rewards[role]
             assert {c.model for c in stored.calls} == {model}
