@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -49,22 +50,31 @@ def _train_rows(out: Path) -> list[dict]:
     return [r for r in read_rollouts(out) if r["split"] == "train"]
 
 
-def test_a_server_restarted_mid_run_costs_the_rollouts_in_flight_not_the_run(
-        tmp_path: Path, model_cache: Path) -> None:
+def _start(tmp_path: Path, model_cache: Path, env: str, *run: str
+           ) -> tuple[ServerProcess, subprocess.Popen[bytes], Path, Path, IO[str]]:
+    """A training server on a data dir, and `swarmrl train --target` it with `run`'s
+    arguments on the environment `env` (its source): (server, the run's process, its
+    --out, its log's path, its open log, which the caller closes)."""
     args = ["--model", "tiny", "--train", "--default-max-tokens", "4"]
     for k, v in TRAIN.items():
         args += ["--train-option", f"{k}={v}"]
     server = ServerProcess(data_dir=tmp_path / "data", cache_dir=model_cache, extra=args).start()
     env_file = tmp_path / "words_env.py"
-    env_file.write_text(ENV)
+    env_file.write_text(env)
     out = tmp_path / "run"
     log_path = tmp_path / "train.log"
-    log = open(log_path, "w")  # noqa: SIM115 (the child's, closed below)
+    log = open(log_path, "w")  # noqa: SIM115 (the child's, closed by the caller)
     train = subprocess.Popen(
         [sys.executable, "-m", "swarmrl", "train", f"{env_file}:Words", "--target",
          server.target, "--group-size", "2", "--groups", str(GROUPS), "--max-tokens", "3",
-         "--no-progress", "--out", str(out)],
+         "--no-progress", "--out", str(out), *run],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    return server, train, out, log_path, log
+
+
+def test_a_server_restarted_mid_run_costs_the_rollouts_in_flight_not_the_run(
+        tmp_path: Path, model_cache: Path) -> None:
+    server, train, out, log_path, log = _start(tmp_path, model_cache, ENV)
     try:
         def training() -> bool:
             assert train.poll() is None, log_path.read_text()[-4000:]
@@ -116,20 +126,8 @@ def test_a_server_restarted_during_a_pinned_evaluation_plays_it_again(
     evaluation played is not a figure of its pinned version. The run plays that
     evaluation again under a fresh hold (`PinLost`, its card says so), then ends with a
     card and a test evaluation, and leaves no episode open and no hold."""
-    args = ["--model", "tiny", "--train", "--default-max-tokens", "4"]
-    for k, v in TRAIN.items():
-        args += ["--train-option", f"{k}={v}"]
-    server = ServerProcess(data_dir=tmp_path / "data", cache_dir=model_cache, extra=args).start()
-    env_file = tmp_path / "words_env.py"
-    env_file.write_text(SLOW_VAL_ENV)
-    out = tmp_path / "run"
-    log_path = tmp_path / "train.log"
-    log = open(log_path, "w")  # noqa: SIM115 (the child's, closed below)
-    train = subprocess.Popen(
-        [sys.executable, "-m", "swarmrl", "train", f"{env_file}:Words", "--target",
-         server.target, "--group-size", "2", "--groups", str(GROUPS), "--eval-every", "2",
-         "--max-tokens", "3", "--no-progress", "--out", str(out)],
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    server, train, out, log_path, log = _start(tmp_path, model_cache, SLOW_VAL_ENV,
+                                               "--eval-every", "2")
     try:
         with swarmrl.SwarmClient(server.target) as client:
             def evaluating_after_training() -> bool:

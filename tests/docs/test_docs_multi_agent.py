@@ -7,7 +7,6 @@ a free port, and the page's 127.0.0.1:50051 becomes that server's address."""
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import subprocess
 import sys
@@ -15,30 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs_support import blocks, shell_lines
 from tests.helpers import REPO, ServerProcess, free_port
 
 PAGE = REPO / "docs" / "how-to" / "multi-agent.md"
 SMALL = {"smollm2": "tiny", "--minutes 20": "--groups 2 --group-size 2",
          "group_size=8": "group_size=2"}
-FENCE = re.compile(r"^(<!-- not run[^>]*-->\n)?```(\w+)([^\n]*)\n(.*?)^```", re.M | re.S)
-
-
-def blocks(page: Path) -> list[tuple[str, str, str]]:
-    """(language, title or "", code) of each fenced block, in order, those after a
-    `<!-- not run ... -->` line left out (the tutorials' rule, tests/docs/test_docs_tutorials)."""
-    out = []
-    for skip, lang, info, code in FENCE.findall(page.read_text()):
-        title = re.search(r'title="([^"]+)"', info)
-        if not skip:
-            out.append((lang, title[1] if title else "", code))
-    return out
-
-
-def shell_lines(code: str) -> list[str]:
-    """The block's commands, continuation lines joined, comments dropped."""
-    joined = re.sub(r"\\\n\s*", " ", code)
-    return [line.split("  #")[0].strip() for line in joined.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
 
 
 def _small(line: str) -> str:

@@ -12,7 +12,6 @@ The tutorials' 127.0.0.1:50051 / :8000 become the test server's addresses.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -21,30 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs_support import blocks, shell_lines
 from tests.helpers import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TUTORIALS = sorted((REPO / "docs" / "tutorials").glob("*.md"))
-FENCE = re.compile(r"^(<!-- not run[^>]*-->\n)?```(\w+)([^\n]*)\n(.*?)^```", re.M | re.S)
-
-
-def blocks(page: Path) -> list[tuple[str, str, str]]:
-    """(language, title or "", code) of each fenced block, in order; a block right after a
-    `<!-- not run ... -->` line (one that needs what a test cannot have) is left out."""
-    out = []
-    for skip, lang, info, code in FENCE.findall(page.read_text()):
-        if skip:
-            continue
-        title = re.search(r'title="([^"]+)"', info)
-        out.append((lang, title[1] if title else "", code))
-    return out
-
-
-def shell_lines(code: str) -> list[str]:
-    """The block's commands, continuation lines joined, comments dropped."""
-    joined = re.sub(r"\\\n\s*", " ", code)
-    return [line.split("  #")[0].strip() for line in joined.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
 
 
 def serve_args() -> list[str]:
