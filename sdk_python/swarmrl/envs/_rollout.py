@@ -53,7 +53,7 @@ from swarmrl._sampling import SamplingParams
 from swarmrl.envs._api import Environment, HttpPools, Item, Outcome, Rollout, Split
 from swarmrl.envs._failures import PolicyError, RunStopped, classify, is_fatal
 from swarmrl.envs._report import RolloutRecord
-from swarmrl.envs._roles import group_id_for, resolve
+from swarmrl.envs._roles import RoleSpec, group_id_for, resolve
 
 if TYPE_CHECKING:
     from swarmrl._client import AsyncSwarmClient
@@ -145,8 +145,9 @@ class Player:
         """Plays `item` until an attempt has an outcome, the retries are spent, or the
         policy failed. Training (`split` "train") returns the outcome's episode still open;
         evaluation aborts it and records the policy versions of the calls to the models
-        `versions_of` names (the pinned ones; every model of the rollout when empty). Failed attempts are recorded (`emit`), the last
-        one by the caller, with the rollout's failures by kind in ``errors``."""
+        `versions_of` names (the pinned ones; every model of the rollout when empty).
+        Failed attempts are recorded (`emit`), the last one by the caller, with the
+        rollout's failures by kind in ``errors``."""
         errors: Counter[str] = Counter()
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(_Retry), stop=stop_after_attempt(self.config.retries + 1),
@@ -189,10 +190,9 @@ class Player:
                                  ) from failed.error
         return Played(None, failed.record)
 
-    async def _open(self, item: Item, split: Split, group_id: str,
+    async def _open(self, item: Item, split: Split, group_id: str, roles: Mapping[str, RoleSpec],
                     opened: dict[str, AsyncEpisode]) -> dict[str, tuple[AsyncEpisode, str]]:
         """Opens every role's episode (into `opened`, so a failure aborts those opened)."""
-        roles = resolve(self.env.roles, self.config.roles, self.config.model)
         bound: dict[str, tuple[AsyncEpisode, str]] = {}
         for role, spec in roles.items():
             labels = {"split": split, "item": item.id, "env": self.env.label}
@@ -217,8 +217,9 @@ class Player:
         record = RolloutRecord(split, item.id, item.task, "", group_id, attempt, None, None, {},
                                {}, "", 0.0)
         playing_since = math.inf
+        specs = resolve(self.env.roles, self.config.roles, self.config.model)
         try:
-            bound = await self._open(item, split, group_id, opened)
+            bound = await self._open(item, split, group_id, specs, opened)
             first = next(iter(bound))
             episode, model = bound[first]
             record = dataclasses.replace(
@@ -240,7 +241,6 @@ class Player:
                 record, reward=rewards[first] if not first else outcome.overall,
                 rewards=rewards if first else {}, success=outcome.success,
                 metrics=dict(outcome.metrics), info=dict(outcome.info))
-            specs = resolve(self.env.roles, self.config.roles, self.config.model)
             for role in [r for r in bound if split != "train" or specs[r].frozen]:
                 # evaluation, or a frozen role: never trained
                 why = f"evaluation ({split})" if split != "train" else f"frozen role {role}"
