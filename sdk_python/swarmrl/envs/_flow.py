@@ -221,7 +221,8 @@ async def evaluate_once(runner: Runner, name: str | None, split: Split, *,
             continue
         break
     for model, path in orphans:  # older than the replay's own now (the newest is kept)
-        await cleanup(runner.client.delete_checkpoint(path, model or None))
+        await cleanup(runner.client.delete_checkpoint(path, model or runner.config.model
+                                                      or None))
     name = name or f"v{version}"
     print(f"[{name}] {report}", flush=True)
     record = {"name": name, "split": split, "pinned_version": version,
